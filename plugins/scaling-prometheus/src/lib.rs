@@ -1,0 +1,643 @@
+//! The default `scaling` plugin: votes for one ElasticService trigger of type `prometheus`.
+//!
+//! Each vote makes two Prometheus instant queries (`GET <serverAddress>/api/v1/query`), as the
+//! upstream poller does (reference/scaling.md §2, "Poller"):
+//!
+//! 1. The health query [`health_query`]: `min_over_time((max(up{<uptimeFilter>}) or vector(0))[<cooldown>s:])`.
+//!    Unless it equals exactly 1 (Prometheus itself was up for the whole cooldown), the plugin
+//!    votes **up** without running the trigger query. Upstream does not scale at all in this
+//!    case; voting up keeps the service where it is, or brings it back, instead of letting a
+//!    blind spot in the metrics scale it to zero.
+//! 2. The trigger query (`metadata.query`), which must return exactly one finite value. A value
+//!    below `metadata.threshold` votes **down**, anything else votes **up**.
+//!
+//! Trigger metadata (the trigger's `metadata` object):
+//!
+//! | key | | meaning |
+//! |---|---|---|
+//! | `query` | required | PromQL returning one series (aggregate it, e.g. with `sum()`) |
+//! | `serverAddress` | required | `http://host[:port][/path]`; `https://` is not supported |
+//! | `threshold` | required | a JSON number or a numeric string (`0.5` or `"0.5"`) |
+//! | `uptimeFilter` | optional | label matchers for `up{...}`, default `container="prometheus"` |
+//! | `headers` | optional | object of header name → value added to both requests |
+//!
+//! Plugin settings (`settings`): `{"timeoutMs": 5000}`; `timeoutMs` bounds the connect, the
+//! wait for the response head and each wait between body bytes of every request.
+//!
+//! Every request goes to `serverAddress`, whose host must be listed in the plugin's
+//! `grants.allowedHosts`.
+
+#[cfg(target_arch = "wasm32")]
+mod component;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The only trigger type this plugin votes for.
+pub const TRIGGER_TYPE: &str = "prometheus";
+
+/// `uptimeFilter` when the metadata does not set one (as upstream).
+pub const DEFAULT_UPTIME_FILTER: &str = r#"container="prometheus""#;
+
+/// The health window, in seconds, when the ElasticService's cooldown is 0 (as upstream).
+pub const DEFAULT_HEALTH_WINDOW_SECONDS: u32 = 900;
+
+/// `settings.timeoutMs` when not set (upstream's 5 s query timeout).
+pub const DEFAULT_TIMEOUT_MS: u64 = 5000;
+
+/// The largest response body read from Prometheus.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many bytes of an unexpected response body an error message quotes.
+pub const BODY_EXCERPT_BYTES: usize = 200;
+
+/// A decision the plugin refuses to make, or input it rejects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    /// What is wrong and, where possible, what to do about it. When `field` is set, the
+    /// message starts with it (`metadata.threshold: ...`).
+    pub message: String,
+    /// The offending input as a dotted path (e.g. `metadata.threshold`), when known.
+    pub field: Option<String>,
+}
+
+impl Error {
+    /// An error about `field`; the message is prefixed with the field's path.
+    pub fn field(field: impl Into<String>, message: impl fmt::Display) -> Self {
+        let field = field.into();
+        Self {
+            message: format!("{field}: {message}"),
+            field: Some(field),
+        }
+    }
+
+    /// An error not tied to one input.
+    pub fn general(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            field: None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The plugin settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Per-request timeout in milliseconds (connect, response head, and between body bytes).
+    pub timeout_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+        }
+    }
+}
+
+/// Validates and reads the plugin settings: a JSON object with the optional key `timeoutMs`
+/// (a positive whole number of milliseconds, default 5000).
+///
+/// # Errors
+/// Invalid JSON, a non-object, an invalid `timeoutMs`, or unknown keys (all of them named).
+pub fn validate_settings(settings: &str) -> Result<Settings, Error> {
+    let map = match serde_json::from_str::<Value>(settings) {
+        Ok(Value::Object(map)) => map,
+        Ok(other) => {
+            return Err(Error::field(
+                "settings",
+                format_args!("must be a JSON object, got {other}"),
+            ));
+        }
+        Err(e) => {
+            return Err(Error::field(
+                "settings",
+                format_args!("not valid JSON: {e}"),
+            ));
+        }
+    };
+    let unknown: Vec<String> = map
+        .keys()
+        .filter(|k| k.as_str() != "timeoutMs")
+        .map(|k| format!("{k:?}"))
+        .collect();
+    if !unknown.is_empty() {
+        let s = if unknown.len() == 1 { "" } else { "s" };
+        return Err(Error::field(
+            "settings",
+            format_args!(
+                "unknown key{s} {}; the only setting is timeoutMs",
+                unknown.join(", ")
+            ),
+        ));
+    }
+    let timeout_ms = match map.get("timeoutMs") {
+        None => DEFAULT_TIMEOUT_MS,
+        Some(v) => match v.as_u64() {
+            Some(ms) if ms > 0 => ms,
+            _ => {
+                return Err(Error::field(
+                    "settings.timeoutMs",
+                    format_args!("must be a positive whole number of milliseconds, got {v}"),
+                ));
+            }
+        },
+    };
+    Ok(Settings { timeout_ms })
+}
+
+/// Checks that the trigger is of the type this plugin votes for.
+///
+/// # Errors
+/// Any type other than [`TRIGGER_TYPE`].
+pub fn check_trigger_type(trigger_type: &str) -> Result<(), Error> {
+    if trigger_type == TRIGGER_TYPE {
+        Ok(())
+    } else {
+        Err(Error::field(
+            "type",
+            format_args!(
+                "trigger type {trigger_type:?} is not handled by scaling-prometheus, which handles {TRIGGER_TYPE:?}"
+            ),
+        ))
+    }
+}
+
+/// One `prometheus` trigger, read from its metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trigger {
+    /// The PromQL query; it must return one series.
+    pub query: String,
+    /// `http://authority[/path]`, without a trailing `/`.
+    pub server_address: String,
+    /// A value below this votes down.
+    pub threshold: f64,
+    /// Label matchers for `up{...}` in the health query.
+    pub uptime_filter: String,
+    /// Extra request headers, name → value.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Trigger {
+    /// Parses the trigger's `metadata` object (JSON).
+    ///
+    /// # Errors
+    /// A message naming the offending field (`metadata.<key>`) when the metadata is not a JSON
+    /// object, a required key is missing or a value is invalid. Unknown keys are ignored.
+    pub fn parse(metadata: &str) -> Result<Self, Error> {
+        let map = match serde_json::from_str::<Value>(metadata) {
+            Ok(Value::Object(map)) => map,
+            Ok(other) => {
+                return Err(Error::field(
+                    "metadata",
+                    format_args!("must be a JSON object, got {other}"),
+                ));
+            }
+            Err(e) => {
+                return Err(Error::field(
+                    "metadata",
+                    format_args!("not valid JSON: {e}"),
+                ));
+            }
+        };
+        let query = required_string(&map, "query")?;
+        let server_address = parse_server_address(&required_string(&map, "serverAddress")?)?;
+        let threshold = parse_threshold(map.get("threshold"))?;
+        let uptime_filter = match map.get("uptimeFilter") {
+            None | Some(Value::Null) => DEFAULT_UPTIME_FILTER.to_owned(),
+            Some(Value::String(s)) if s.trim().is_empty() => DEFAULT_UPTIME_FILTER.to_owned(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => {
+                return Err(Error::field(
+                    "metadata.uptimeFilter",
+                    format_args!("must be a string, got {other}"),
+                ));
+            }
+        };
+        let headers = parse_headers(map.get("headers"))?;
+        Ok(Self {
+            query,
+            server_address,
+            threshold,
+            uptime_filter,
+            headers,
+        })
+    }
+
+    /// The `host[:port]` part of the server address.
+    pub fn authority(&self) -> &str {
+        let rest = &self.server_address["http://".len()..];
+        rest.split('/').next().unwrap_or(rest)
+    }
+}
+
+fn required_string(map: &serde_json::Map<String, Value>, key: &str) -> Result<String, Error> {
+    let field = format!("metadata.{key}");
+    match map.get(key) {
+        None | Some(Value::Null) => Err(Error::field(field, "is required")),
+        Some(Value::String(s)) if s.trim().is_empty() => {
+            Err(Error::field(field, "is required and must not be empty"))
+        }
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(Error::field(
+            field,
+            format_args!("must be a string, got {other}"),
+        )),
+    }
+}
+
+fn parse_threshold(v: Option<&Value>) -> Result<f64, Error> {
+    const FIELD: &str = "metadata.threshold";
+    let t = match v {
+        None | Some(Value::Null) => return Err(Error::field(FIELD, "is required")),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .ok_or_else(|| Error::field(FIELD, format_args!("{n} is not a number")))?,
+        Some(Value::String(s)) => s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| Error::field(FIELD, format_args!("{s:?} is not a number")))?,
+        Some(other) => {
+            return Err(Error::field(
+                FIELD,
+                format_args!("must be a number or a numeric string, got {other}"),
+            ));
+        }
+    };
+    if t.is_finite() {
+        Ok(t)
+    } else {
+        Err(Error::field(
+            FIELD,
+            format_args!(
+                "{} is not a finite number",
+                v.map(Value::to_string).unwrap_or_default()
+            ),
+        ))
+    }
+}
+
+/// Validates `serverAddress` and returns it normalised: scheme in lower case, no trailing `/`.
+fn parse_server_address(raw: &str) -> Result<String, Error> {
+    const FIELD: &str = "metadata.serverAddress";
+    let s = raw.trim();
+    let lower = s.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        return Err(Error::field(
+            FIELD,
+            format_args!(
+                "{raw:?} uses https, which this plugin does not support; use an http:// address \
+                 (e.g. the in-cluster Service, http://prometheus.monitoring:9090)"
+            ),
+        ));
+    }
+    if !lower.starts_with("http://") {
+        return Err(Error::field(
+            FIELD,
+            format_args!(
+                "{raw:?} must be an http:// URL such as http://prometheus.monitoring:9090"
+            ),
+        ));
+    }
+    let rest = &s["http://".len()..];
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let bad = |why: &str| Err(Error::field(FIELD, format_args!("{raw:?} {why}")));
+    if authority.is_empty() {
+        return bad("has no host");
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("must not contain spaces or control characters");
+    }
+    if s.contains(['?', '#']) {
+        return bad("must not contain a query or fragment");
+    }
+    if authority.contains('@') {
+        return bad("must not contain credentials; pass them in metadata.headers");
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some(end) = v6.find(']') else {
+            return bad("has an invalid IPv6 host");
+        };
+        let port = match &v6[end + 1..] {
+            "" => None,
+            after => match after.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => return bad("has an invalid IPv6 host"),
+            },
+        };
+        (&v6[..end], port)
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return bad("has no host");
+    }
+    let port_ok = |p: &str| {
+        p.bytes().all(|b| b.is_ascii_digit()) && matches!(p.parse::<u16>(), Ok(n) if n > 0)
+    };
+    if port.is_some_and(|p| !port_ok(p)) {
+        return bad("has an invalid port");
+    }
+    Ok(format!("http://{authority}{}", path.trim_end_matches('/')))
+}
+
+fn parse_headers(v: Option<&Value>) -> Result<BTreeMap<String, String>, Error> {
+    let map = match v {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(Error::field(
+                "metadata.headers",
+                format_args!("must be an object of header name to value, got {other}"),
+            ));
+        }
+    };
+    let mut headers = BTreeMap::new();
+    for (name, value) in map {
+        let field = format!("metadata.headers.{name}");
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(Error::field(
+                field,
+                format_args!("{name:?} is not a valid header name"),
+            ));
+        }
+        let Value::String(value) = value else {
+            return Err(Error::field(
+                field,
+                format_args!("must be a string, got {value}"),
+            ));
+        };
+        if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+            return Err(Error::field(field, "must not contain CR, LF or NUL"));
+        }
+        headers.insert(name.clone(), value.clone());
+    }
+    Ok(headers)
+}
+
+/// RFC 9110 `tchar`.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The health query: `min_over_time((max(up{<uptime_filter>}) or vector(0))[<window>s:])`, where
+/// the window is the cooldown, or [`DEFAULT_HEALTH_WINDOW_SECONDS`] when the cooldown is 0.
+pub fn health_query(uptime_filter: &str, cooldown_seconds: u32) -> String {
+    let window = if cooldown_seconds == 0 {
+        DEFAULT_HEALTH_WINDOW_SECONDS
+    } else {
+        cooldown_seconds
+    };
+    format!("min_over_time((max(up{{{uptime_filter}}}) or vector(0))[{window}s:])")
+}
+
+/// Percent-encodes `s` for a URL query component: RFC 3986 unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`) are kept, every other byte of the UTF-8 form becomes `%XX`.
+pub fn percent_encode(s: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xF)]));
+        }
+    }
+    out
+}
+
+/// The instant-query URL: `<server>/api/v1/query?query=<percent-encoded promql>`.
+pub fn query_url(server: &str, promql: &str) -> String {
+    format!(
+        "{}/api/v1/query?query={}",
+        server.trim_end_matches('/'),
+        percent_encode(promql)
+    )
+}
+
+/// Splits an `http://` URL into its authority and its path with query (`/` when empty).
+///
+/// # Errors
+/// A URL that is not `http://` or has no authority.
+pub fn split_http_url(url: &str) -> Result<(&str, &str), String> {
+    let rest = url
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
+        .map(|_| &url[7..])
+        .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if authority.is_empty() {
+        return Err(format!("{url:?} has no host"));
+    }
+    Ok((authority, if path.is_empty() { "/" } else { path }))
+}
+
+#[derive(Deserialize)]
+struct QueryData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Value,
+}
+
+/// Reads the single value of a Prometheus instant-query response body (`resultType` `vector`
+/// with exactly one series, or `scalar`).
+///
+/// # Errors
+/// A clear message for a body that is not JSON, a `status` other than `success`, an empty
+/// result, more than one series, another result type, or a value that is not a finite number.
+pub fn parse_value(body: &str) -> Result<f64, String> {
+    let r: Value = serde_json::from_str(body).map_err(|e| {
+        format!(
+            "Prometheus response is not valid JSON ({e}): {}",
+            excerpt(body.as_bytes())
+        )
+    })?;
+    match r.get("status").and_then(Value::as_str) {
+        Some("success") => {}
+        status => {
+            let kind = r
+                .get("errorType")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
+            let error = r
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no error message");
+            return Err(match status {
+                Some(status) => {
+                    format!("Prometheus query failed with status {status:?} ({kind}): {error}")
+                }
+                None => format!("Prometheus response has no status ({kind}): {error}"),
+            });
+        }
+    }
+    let data = r.get("data").ok_or("Prometheus response has no data")?;
+    let data = QueryData::deserialize(data)
+        .map_err(|e| format!("Prometheus response data is malformed: {e}"))?;
+    let sample = match data.result_type.as_str() {
+        "vector" => {
+            let series = data
+                .result
+                .as_array()
+                .ok_or("Prometheus vector result is not a list")?;
+            match series.as_slice() {
+                [] => return Err("query returned no series; check the query or that the target exports the metric".into()),
+                [one] => one.get("value").ok_or("Prometheus series has no value")?.clone(),
+                many => return Err(format!("query returned {} series; aggregate it to one, e.g. with sum()", many.len())),
+            }
+        }
+        "scalar" => data.result,
+        other => {
+            return Err(format!(
+                "query returned a {other} result; it must return an instant vector of one series or a scalar"
+            ));
+        }
+    };
+    let text = sample
+        .as_array()
+        .filter(|pair| pair.len() == 2)
+        .and_then(|pair| pair[1].as_str())
+        .ok_or_else(|| format!("Prometheus sample {sample} is not [timestamp, \"value\"]"))?;
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("query returned {text:?}, which is not a number"))?;
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(format!(
+            "query returned {text}; the value must be a finite number"
+        ))
+    }
+}
+
+/// Quotes at most [`BODY_EXCERPT_BYTES`] of a body as text: invalid UTF-8 is replaced, a
+/// character cut at the end is dropped, control characters become spaces and a cut is marked
+/// with `...`.
+pub fn excerpt(body: &[u8]) -> String {
+    let mut head = &body[..body.len().min(BODY_EXCERPT_BYTES)];
+    if let Err(e) = std::str::from_utf8(head)
+        && e.error_len().is_none()
+    {
+        head = &head[..e.valid_up_to()];
+    }
+    let mut text: String = String::from_utf8_lossy(head)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if body.len() > BODY_EXCERPT_BYTES {
+        text.push_str("...");
+    }
+    text
+}
+
+/// The error for a response whose status is not 200.
+pub fn status_error(url: &str, status: u16, body: &[u8]) -> String {
+    format!("GET {url} returned HTTP {status}: {}", excerpt(body))
+}
+
+/// Why a request produced no response, as far as the plugin needs to tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportError {
+    /// The host refused the request (its host is not granted, or the address is prohibited).
+    Denied,
+    /// The connection was refused.
+    ConnectionRefused,
+    /// The host name did not resolve.
+    Dns,
+    /// A timeout expired (connect, response head, or between body bytes).
+    Timeout,
+    /// Anything else, described.
+    Other(String),
+}
+
+/// The error message for a request to `server` (the trigger's `serverAddress`) that got no
+/// response because of `e`; `timeout_ms` is the timeout in force.
+pub fn transport_error(server: &str, e: &TransportError, timeout_ms: u64) -> String {
+    let host = split_http_url(server).map_or(server, |(authority, _)| authority);
+    let grant = format!("its host ({host}) must be listed in the plugin's grants.allowedHosts");
+    match e {
+        TransportError::Denied => format!("request to serverAddress {server} was denied: {grant}"),
+        TransportError::ConnectionRefused => format!(
+            "connection to serverAddress {server} was refused: {grant}, and Prometheus must listen there"
+        ),
+        TransportError::Dns => format!("could not resolve the host of serverAddress {server}"),
+        TransportError::Timeout => {
+            format!("request to serverAddress {server} timed out after {timeout_ms} ms")
+        }
+        TransportError::Other(what) => format!("request to serverAddress {server} failed: {what}"),
+    }
+}
+
+/// Which way a trigger votes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The service is in use (or its metrics cannot be trusted): keep it up.
+    Up,
+    /// The service is idle.
+    Down,
+}
+
+/// A trigger's vote and what it saw.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vote {
+    /// The vote.
+    pub vote: Direction,
+    /// The measured value of the trigger query, when it ran.
+    pub value: Option<f64>,
+    /// A short explanation for the ElasticService's status.
+    pub reason: String,
+}
+
+/// The vote when the health query's result is not exactly 1: up, without running the trigger
+/// query. `None` when Prometheus is healthy.
+pub fn health_vote(health: f64) -> Option<Vote> {
+    // Exactly 1, as upstream compares it.
+    (health != 1.0).then(|| Vote {
+        vote: Direction::Up,
+        value: None,
+        reason: format!("Prometheus health check failed (up={health}); not scaling down"),
+    })
+}
+
+/// The vote for a health result, a trigger value and a threshold: up when the health check
+/// failed (see [`health_vote`]), down when `value < threshold`, otherwise up.
+pub fn decide(health: f64, value: f64, threshold: f64) -> Vote {
+    if let Some(v) = health_vote(health) {
+        return Vote {
+            value: Some(value),
+            ..v
+        };
+    }
+    if value < threshold {
+        Vote {
+            vote: Direction::Down,
+            value: Some(value),
+            reason: format!("value {value} below threshold {threshold}"),
+        }
+    } else {
+        Vote {
+            vote: Direction::Up,
+            value: Some(value),
+            reason: format!("value {value} at or above threshold {threshold}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
