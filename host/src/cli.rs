@@ -1,0 +1,250 @@
+//! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan` and `plugin check|run`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+use crate::plugins::registry::{Fetch, LocalFetch, Source};
+use crate::plugins::{Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions, builtin};
+
+/// Kubernetes operator whose policy decisions are made by sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wasmop", version)]
+pub struct Cli {
+    /// Log filter, as RUST_LOG (e.g. `info,wasmop=debug`).
+    #[arg(long, env = "WASMOP_LOG", default_value = "info", global = true)]
+    pub log: String,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator.
+    Run {
+        /// Namespace of the `wasmop-plugins` ConfigMap and the operator's own objects.
+        #[arg(long, env = "WASMOP_NAMESPACE", default_value = "wasmop-system")]
+        namespace: String,
+        /// Address of the health, metrics and plugins server.
+        #[arg(long, env = "WASMOP_LISTEN", default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// This instance's identity (the pod name in a cluster).
+        #[arg(long, env = "POD_NAME", default_value = "wasmop")]
+        identity: String,
+    },
+    /// Run the scale-from-zero resolver.
+    Resolver,
+    /// Print the CustomResourceDefinitions as YAML.
+    Crdgen,
+    /// Plan offline: YAML files in, IR and planned objects out.
+    Plan,
+    /// Tools for plugin authors.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// `wasmop plugin …`
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Load a component, check its world and version, call `info` and `validate-settings`.
+    Check {
+        /// The component file (`.wasm`).
+        file: PathBuf,
+        /// The hook it is for; tried against every hook when omitted.
+        #[arg(long)]
+        hook: Option<Hook>,
+        /// Settings JSON passed to `validate-settings`.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
+    /// Make one call under production limits and print the result as JSON.
+    Run {
+        /// The hook to call.
+        #[arg(long)]
+        hook: Hook,
+        /// A component file or `builtin://NAME`.
+        #[arg(long)]
+        plugin: String,
+        /// The request as JSON (fields of the hook's WIT request record, `-` as `_`).
+        #[arg(long)]
+        input: PathBuf,
+        /// Settings JSON.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
+}
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run {
+            namespace,
+            listen,
+            identity,
+        } => {
+            crate::runtime::run(crate::runtime::RunOptions {
+                namespace,
+                listen,
+                identity,
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resolver | Command::Crdgen | Command::Plan => {
+            eprintln!("not yet implemented");
+            Ok(ExitCode::from(2))
+        }
+        Command::Plugin(PluginCommand::Check {
+            file,
+            hook,
+            settings,
+        }) => plugin_check(&file, hook, &settings).await,
+        Command::Plugin(PluginCommand::Run {
+            hook,
+            plugin,
+            input,
+            settings,
+        }) => plugin_run(hook, &plugin, &input, &settings)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+    }
+}
+
+fn settings_value(settings: &str) -> anyhow::Result<serde_json::Value> {
+    serde_json::from_str(settings).context("--settings is not valid JSON")
+}
+
+async fn plugin_check(file: &Path, hook: Option<Hook>, settings: &str) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
+    let name = file
+        .file_stem()
+        .map_or_else(|| "plugin".into(), |s| s.to_string_lossy().into_owned());
+    let settings = settings_value(settings)?;
+    let hooks: Vec<Hook> = hook.map_or_else(|| Hook::ALL.to_vec(), |h| vec![h]);
+    let mut failures = Vec::new();
+    for h in hooks {
+        let mut spec = PluginSpec::new(&name, h, &format!("file://{}", file.display()));
+        spec.settings = Some(settings.clone());
+        let (rt, b, s) = (runtime.clone(), bytes.clone(), spec.clone());
+        match tokio::task::spawn_blocking(move || rt.load(&s, &b)).await? {
+            Ok(p) => {
+                let (pname, version) = p.info();
+                println!(
+                    "ok: {} is a {h} plugin ({pname} {version}), world {} of wasmop:plugin@0.1.0, sha256 {}; settings accepted",
+                    file.display(),
+                    h.world(),
+                    p.digest()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => failures.push(format!("  {h}: {}", e.message)),
+        }
+    }
+    println!(
+        "FAIL: {} is not a usable wasmop plugin:\n{}",
+        file.display(),
+        failures.join("\n")
+    );
+    Ok(ExitCode::FAILURE)
+}
+
+async fn load_for_cli(
+    runtime: &Arc<PluginRuntime>,
+    hook: Hook,
+    plugin: &str,
+    settings: serde_json::Value,
+) -> anyhow::Result<Arc<Plugin>> {
+    let (source, name) = if let Some(name) = plugin.strip_prefix("builtin://") {
+        (Source::Builtin(name.into()), name.to_owned())
+    } else {
+        let path =
+            std::fs::canonicalize(plugin).with_context(|| format!("cannot find {plugin}"))?;
+        (
+            Source::File(path.display().to_string()),
+            path.file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        )
+    };
+    if let Source::Builtin(n) = &source
+        && builtin::find(n).is_none()
+    {
+        bail!("unknown builtin {n}");
+    }
+    let bytes = LocalFetch
+        .fetch(&source)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let mut spec = PluginSpec::new(&name, hook, plugin);
+    spec.settings = Some(settings);
+    let rt = runtime.clone();
+    Ok(tokio::task::spawn_blocking(move || rt.load(&spec, &bytes)).await??)
+}
+
+async fn plugin_run(hook: Hook, plugin: &str, input: &Path, settings: &str) -> anyhow::Result<()> {
+    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
+    let plugin = load_for_cli(&runtime, hook, plugin, settings_value(settings)?).await?;
+    let text = std::fs::read_to_string(input)
+        .with_context(|| format!("cannot read {}", input.display()))?;
+    let parse_err =
+        |e: serde_json::Error| anyhow::anyhow!("{}: not a {hook} request: {e}", input.display());
+    let out = match hook {
+        Hook::Routing => serde_json::to_value(
+            plugin
+                .route(serde_json::from_str(&text).map_err(parse_err)?)
+                .await?,
+        )?,
+        Hook::Scaling => serde_json::to_value(
+            plugin
+                .vote(serde_json::from_str(&text).map_err(parse_err)?)
+                .await?,
+        )?,
+        Hook::Restart => {
+            let req: crate::plugins::RestartRequest =
+                serde_json::from_str(&text).map_err(parse_err)?;
+            let pods = serde_json::from_str::<Vec<serde_json::Value>>(&req.pods)
+                .context("`pods` must be a JSON array")?
+                .len();
+            serde_json::to_value(plugin.evaluate(req, pods).await?)?
+        }
+        Hook::Dr => serde_json::to_value(
+            plugin
+                .check(serde_json::from_str(&text).map_err(parse_err)?)
+                .await?,
+        )?,
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! wasmop: a Kubernetes operator whose policy decisions are made by sandboxed WebAssembly
+//! components. See `docs/architecture.md` for the data flow and `wit/plugin.wit` for the
+//! plugin contract.
+
+pub mod cli;
+pub mod metrics;
+pub mod plugins;
+pub mod runtime;

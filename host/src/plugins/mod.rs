@@ -1,0 +1,877 @@
+//! The plugin host: every policy decision of wasmop is a call into a WebAssembly component.
+//!
+//! - [`PluginRuntime`] owns the wasmtime engine (component model only, epoch interruption with a
+//!   10 ms ticker), the compile cache and the semaphore that bounds concurrent calls.
+//! - [`Plugin`] is one loaded registry entry: its `InstancePre` for its world, settings,
+//!   limits and grants. Each call gets a fresh `Store` ([`sandbox::Sandbox`]), runs on a blocking
+//!   thread, and fails alone with a [`CallError`] that names the plugin, the hook and the cause.
+//! - [`registry`] turns the `wasmop-plugins` ConfigMap into loaded plugins and swaps them in.
+//!
+//! The shape follows Kubewarden's policy-server and wasmtime's embedding guidance
+//! (reference/wasm-hosts.md): compile once per digest, one pre-instance per digest, a fresh
+//! instance per call, deny-all WASI.
+
+pub mod bindings;
+pub mod builtin;
+pub mod cache;
+pub mod registry;
+pub mod sandbox;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, Store, Trap};
+
+use bindings::{PluginError, PluginInfo, WitHook};
+pub use cache::{CompileCache, Origin, sha256_hex};
+use sandbox::Sandbox;
+
+/// Interval of the epoch ticker; time limits are rounded up to it.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The four extension points.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    /// DynamicEnv route generation, world `router`.
+    Routing,
+    /// ElasticService trigger votes, world `scaler`.
+    Scaling,
+    /// ProxyRestartPolicy pod decisions, world `restart-predicate`.
+    Restart,
+    /// Active/passive state checks, world `state-checker`.
+    Dr,
+}
+
+impl Hook {
+    /// Every hook, in a stable order.
+    pub const ALL: [Hook; 4] = [Hook::Routing, Hook::Scaling, Hook::Restart, Hook::Dr];
+
+    /// The hook's name as written in `plugins.yaml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Routing => "routing",
+            Hook::Scaling => "scaling",
+            Hook::Restart => "restart",
+            Hook::Dr => "dr",
+        }
+    }
+
+    /// The WIT world a plugin for this hook must target.
+    pub fn world(self) -> &'static str {
+        match self {
+            Hook::Routing => "router",
+            Hook::Scaling => "scaler",
+            Hook::Restart => "restart-predicate",
+            Hook::Dr => "state-checker",
+        }
+    }
+
+    fn from_wit(h: WitHook) -> Self {
+        match h {
+            WitHook::Routing => Hook::Routing,
+            WitHook::Scaling => Hook::Scaling,
+            WitHook::Restart => Hook::Restart,
+            WitHook::Dr => Hook::Dr,
+        }
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Per-plugin resource limits (`limits:` in `plugins.yaml`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Limits {
+    /// Linear memory cap in MiB (default 64).
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u32,
+    /// Wall-clock cap per call in milliseconds (default 250), enforced by epoch deadline.
+    pub timeout_ms: u32,
+    /// Cap on a call's output (route JSON, reasons, messages) in KiB (default 1024).
+    #[serde(rename = "maxOutputKiB")]
+    pub max_output_kib: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_mib: 64,
+            timeout_ms: 250,
+            max_output_kib: 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// The memory cap in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        (self.memory_mib as usize) << 20
+    }
+
+    fn deadline_ticks(&self) -> u64 {
+        u64::from(self.timeout_ms)
+            .div_ceil(EPOCH_TICK.as_millis() as u64)
+            .max(1)
+    }
+}
+
+/// Capabilities granted to a plugin (`grants:` in `plugins.yaml`); nothing unless listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Grants {
+    /// `host:port` or `host` entries the plugin may reach over `wasi:http`.
+    pub allowed_hosts: Vec<String>,
+    /// A host directory visible read-only at `/data` in the guest.
+    pub read_only_dir: Option<String>,
+}
+
+/// What a reconcile does when the plugin call fails (`failurePolicy:` in `plugins.yaml`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FailurePolicy {
+    /// The reconcile reports the error (condition, Event) and retries with backoff.
+    #[default]
+    Fail,
+    /// The host's built-in default decision is used and the failure is logged and counted.
+    Ignore,
+}
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Failure {
+    /// The call ran past `limits.timeoutMs`.
+    Timeout {
+        /// The limit in milliseconds.
+        limit_ms: u32,
+    },
+    /// Memory growth past `limits.memoryMiB` was refused.
+    OutOfMemory {
+        /// The limit in MiB.
+        limit_mib: u32,
+    },
+    /// The guest trapped (panic, unreachable, bounds...).
+    Trap(String),
+    /// The output is larger than `limits.maxOutputKiB`.
+    OutputTooLarge {
+        /// Output size in KiB.
+        size_kib: usize,
+        /// The limit in KiB.
+        limit_kib: u32,
+    },
+    /// The output does not have the documented shape.
+    InvalidOutput(String),
+    /// The plugin tried to reach hosts it was not granted.
+    DeniedHost(Vec<String>),
+    /// The plugin returned a `plugin-error`.
+    Plugin {
+        /// Its message.
+        message: String,
+        /// The field it names, if any.
+        field: Option<String>,
+    },
+    /// The component could not be instantiated (missing imports, wrong world).
+    Instantiate(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Timeout { limit_ms } => {
+                write!(f, "timed out after {limit_ms} ms (limits.timeoutMs)")
+            }
+            Failure::OutOfMemory { limit_mib } => write!(
+                f,
+                "out of memory: exceeded {limit_mib} MiB (limits.memoryMiB)"
+            ),
+            Failure::Trap(m) => write!(f, "trapped: {m}"),
+            Failure::OutputTooLarge {
+                size_kib,
+                limit_kib,
+            } => {
+                write!(
+                    f,
+                    "output of {size_kib} KiB exceeds {limit_kib} KiB (limits.maxOutputKiB)"
+                )
+            }
+            Failure::InvalidOutput(m) => write!(f, "invalid output: {m}"),
+            Failure::DeniedHost(hosts) => {
+                write!(
+                    f,
+                    "denied outbound request to {} (not in grants.allowedHosts)",
+                    hosts.join(", ")
+                )
+            }
+            Failure::Plugin {
+                message,
+                field: Some(field),
+            } => write!(f, "plugin error at {field}: {message}"),
+            Failure::Plugin {
+                message,
+                field: None,
+            } => write!(f, "plugin error: {message}"),
+            Failure::Instantiate(m) => write!(f, "cannot instantiate: {m}"),
+        }
+    }
+}
+
+impl Failure {
+    /// A stable label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Failure::Timeout { .. } => "timeout",
+            Failure::OutOfMemory { .. } => "oom",
+            Failure::Trap(_) => "trap",
+            Failure::OutputTooLarge { .. } => "output_too_large",
+            Failure::InvalidOutput(_) => "invalid_output",
+            Failure::DeniedHost(_) => "denied_host",
+            Failure::Plugin { .. } => "plugin_error",
+            Failure::Instantiate(_) => "instantiate",
+        }
+    }
+}
+
+/// A failed plugin call: which plugin, which hook, and why.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("plugin {plugin:?} ({hook}): {failure}")]
+pub struct CallError {
+    /// The registry name of the plugin.
+    pub plugin: String,
+    /// The hook it was called for.
+    pub hook: Hook,
+    /// The cause.
+    pub failure: Failure,
+}
+
+/// A plugin that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin {plugin:?}: {message}")]
+pub struct LoadError {
+    /// The registry name of the plugin.
+    pub plugin: String,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+/// The engine, linker, compile cache and call semaphore shared by all plugins.
+pub struct PluginRuntime {
+    engine: Engine,
+    linker: Linker<Sandbox>,
+    cache: CompileCache,
+    permits: Arc<Semaphore>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for PluginRuntime {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Options for [`PluginRuntime::new`].
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Directory for compiled artifacts; `None` compiles every time.
+    pub cache_dir: Option<PathBuf>,
+    /// Calls allowed to run at once (default: the number of CPUs).
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            cache_dir: default_cache_dir(),
+            max_concurrent_calls: std::thread::available_parallelism()
+                .map(usize::from)
+                .unwrap_or(2),
+        }
+    }
+}
+
+/// `$WASMOP_CACHE_DIR`, else `$XDG_CACHE_HOME/wasmop/components`, else `~/.cache/wasmop/components`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("WASMOP_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wasmop").join("components"))
+}
+
+impl PluginRuntime {
+    /// A runtime with its own engine and a 10 ms epoch ticker thread (stopped on drop).
+    ///
+    /// # Errors
+    /// The engine or the cache directory cannot be set up.
+    pub fn new(opts: RuntimeOptions) -> anyhow::Result<Arc<Self>> {
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(1 << 20);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
+        bindings::router::wasmop::plugin::log::add_to_linker::<_, HasSelf<Sandbox>>(
+            &mut linker,
+            |s| s,
+        )?;
+        let cache = CompileCache::new(&engine, opts.cache_dir)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ticker_engine, ticker_stop) = (engine.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("wasmop-epoch".into())
+            .spawn(move || {
+                while !ticker_stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticker_engine.increment_epoch();
+                }
+            })?;
+        Ok(Arc::new(Self {
+            engine,
+            linker,
+            cache,
+            permits: Arc::new(Semaphore::new(opts.max_concurrent_calls.max(1))),
+            stop,
+        }))
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles (or loads from the cache) `bytes`, checks it targets `spec.hook`'s world, calls
+    /// `info` (whose hook must match) and `validate-settings`. Blocking; call it off the async
+    /// executor for anything but builtins.
+    ///
+    /// # Errors
+    /// A [`LoadError`] naming the plugin: sha256 mismatch, not a component, wrong world or
+    /// version, failed `info` or rejected settings.
+    pub fn load(
+        self: &Arc<Self>,
+        spec: &PluginSpec,
+        bytes: &[u8],
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let err = |message: String| LoadError {
+            plugin: spec.name.clone(),
+            message,
+        };
+        let digest = sha256_hex(bytes);
+        if let Some(want) = spec.sha256.as_deref().filter(|s| !s.is_empty())
+            && !want.eq_ignore_ascii_case(&digest)
+        {
+            return Err(err(format!(
+                "sha256 mismatch: the registry says {want}, the component is {digest}"
+            )));
+        }
+        let started = Instant::now();
+        let (component, origin) = self
+            .cache
+            .load(&self.engine, &digest, bytes)
+            .map_err(|e| err(format!("not a valid component: {e:#}")))?;
+        let pre = WorldPre::new(&self.linker, &component, spec.hook).map_err(err)?;
+        let plugin = Arc::new(Plugin {
+            runtime: self.clone(),
+            spec: spec.clone(),
+            settings_json: spec.settings_json(),
+            digest,
+            info: PluginInfo {
+                name: String::new(),
+                version: String::new(),
+                hook: WitHook::Routing,
+            },
+            pre,
+        });
+        let info = plugin
+            .call_blocking(|store, pre| pre.info(store))
+            .map_err(|e| err(format!("info() failed: {}", e.failure)))?;
+        let found = Hook::from_wit(info.hook);
+        if found != spec.hook {
+            return Err(err(format!(
+                "info() says hook {found}, but the registry loads it for {}",
+                spec.hook
+            )));
+        }
+        let settings = plugin.settings_json.clone();
+        plugin
+            .call_blocking(|store, pre| pre.validate_settings(store, &settings))
+            .map_err(|e| err(format!("settings rejected: {}", e.failure)))?;
+        tracing::info!(
+            plugin = %spec.name, hook = %spec.hook, digest = %plugin.digest, name = %info.name, version = %info.version,
+            origin = ?origin, elapsed_ms = started.elapsed().as_millis() as u64, "plugin loaded"
+        );
+        let mut plugin = Arc::into_inner(plugin).expect("no other reference during load");
+        plugin.info = info;
+        Ok(Arc::new(plugin))
+    }
+}
+
+/// A registry entry (one item of `plugins:` in `plugins.yaml`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginSpec {
+    /// Name referenced by `defaults` and by a CR's `spec.plugin`.
+    pub name: String,
+    /// The hook it implements.
+    pub hook: Hook,
+    /// `builtin://NAME`, `configmap://NAME/KEY`, `file:///path` or `https://…`.
+    pub source: String,
+    /// Lowercase hex sha256 of the component; required for every source but `builtin://`.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// JSON passed to `validate-settings` and to every call.
+    #[serde(default)]
+    pub settings: Option<serde_json::Value>,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Granted capabilities.
+    #[serde(default)]
+    pub grants: Grants,
+    /// What a failed call does to the reconcile.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+}
+
+impl PluginSpec {
+    /// A spec with defaults for the given name, hook and source.
+    pub fn new(name: &str, hook: Hook, source: &str) -> Self {
+        Self {
+            name: name.into(),
+            hook,
+            source: source.into(),
+            sha256: None,
+            settings: None,
+            limits: Limits::default(),
+            grants: Grants::default(),
+            failure_policy: FailurePolicy::Fail,
+        }
+    }
+
+    /// The settings as the JSON string plugins receive (`{}` when unset).
+    pub fn settings_json(&self) -> String {
+        self.settings
+            .as_ref()
+            .map_or_else(|| "{}".to_owned(), |v| v.to_string())
+    }
+}
+
+/// The typed pre-instance of a component for its hook's world.
+enum WorldPre {
+    Router(bindings::router::RouterPre<Sandbox>),
+    Scaler(bindings::scaler::ScalerPre<Sandbox>),
+    Restart(bindings::restart::RestartPredicatePre<Sandbox>),
+    Dr(bindings::dr::StateCheckerPre<Sandbox>),
+}
+
+impl WorldPre {
+    fn new(linker: &Linker<Sandbox>, component: &Component, hook: Hook) -> Result<Self, String> {
+        let world = hook.world();
+        let pre = linker.instantiate_pre(component).map_err(|e| {
+            format!(
+                "imports do not match what the host provides (wasmop:plugin/log and WASI p2): {e:#}"
+            )
+        })?;
+        let wrong_world = |e: wasmtime::Error| {
+            format!(
+                "does not export the {world} world of wasmop:plugin@0.1.0 (wrong world or version?): {e:#}"
+            )
+        };
+        Ok(match hook {
+            Hook::Routing => {
+                Self::Router(bindings::router::RouterPre::new(pre).map_err(wrong_world)?)
+            }
+            Hook::Scaling => {
+                Self::Scaler(bindings::scaler::ScalerPre::new(pre).map_err(wrong_world)?)
+            }
+            Hook::Restart => Self::Restart(
+                bindings::restart::RestartPredicatePre::new(pre).map_err(wrong_world)?,
+            ),
+            Hook::Dr => Self::Dr(bindings::dr::StateCheckerPre::new(pre).map_err(wrong_world)?),
+        })
+    }
+
+    fn info(&self, store: &mut Store<Sandbox>) -> wasmtime::Result<PluginInfo> {
+        match self {
+            Self::Router(p) => p.instantiate(&mut *store)?.call_info(store),
+            Self::Scaler(p) => p.instantiate(&mut *store)?.call_info(store),
+            Self::Restart(p) => p.instantiate(&mut *store)?.call_info(store),
+            Self::Dr(p) => p.instantiate(&mut *store)?.call_info(store),
+        }
+    }
+
+    fn validate_settings(
+        &self,
+        store: &mut Store<Sandbox>,
+        settings: &str,
+    ) -> wasmtime::Result<Result<(), PluginError>> {
+        match self {
+            Self::Router(p) => p
+                .instantiate(&mut *store)?
+                .call_validate_settings(store, settings),
+            Self::Scaler(p) => p
+                .instantiate(&mut *store)?
+                .call_validate_settings(store, settings),
+            Self::Restart(p) => p
+                .instantiate(&mut *store)?
+                .call_validate_settings(store, settings),
+            Self::Dr(p) => p
+                .instantiate(&mut *store)?
+                .call_validate_settings(store, settings),
+        }
+    }
+}
+
+/// Flattens `Result<Result<T, PluginError>>` so `call_blocking` sees one error path.
+trait IntoCallResult<T> {
+    fn into_call_result(self) -> wasmtime::Result<Result<T, PluginError>>;
+}
+
+impl<T> IntoCallResult<T> for wasmtime::Result<Result<T, PluginError>> {
+    fn into_call_result(self) -> wasmtime::Result<Result<T, PluginError>> {
+        self
+    }
+}
+
+impl IntoCallResult<PluginInfo> for wasmtime::Result<PluginInfo> {
+    fn into_call_result(self) -> wasmtime::Result<Result<PluginInfo, PluginError>> {
+        self.map(Ok)
+    }
+}
+
+/// Output size of a call result, in bytes, for `limits.maxOutputKiB`.
+pub trait OutputSize {
+    /// Approximate size in bytes of the strings the guest returned.
+    fn output_size(&self) -> usize;
+}
+
+impl OutputSize for () {
+    fn output_size(&self) -> usize {
+        0
+    }
+}
+
+impl OutputSize for PluginInfo {
+    fn output_size(&self) -> usize {
+        self.name.len() + self.version.len()
+    }
+}
+
+/// A loaded plugin: one registry entry bound to its compiled component.
+pub struct Plugin {
+    runtime: Arc<PluginRuntime>,
+    spec: PluginSpec,
+    settings_json: String,
+    digest: String,
+    info: PluginInfo,
+    pre: WorldPre,
+}
+
+impl fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.spec.name)
+            .field("hook", &self.spec.hook)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+impl Plugin {
+    /// The registry entry it was loaded from.
+    pub fn spec(&self) -> &PluginSpec {
+        &self.spec
+    }
+
+    /// The sha256 of the component.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// What the plugin's `info` returned: (name, version).
+    pub fn info(&self) -> (&str, &str) {
+        (&self.info.name, &self.info.version)
+    }
+
+    fn fail(&self, failure: Failure) -> CallError {
+        CallError {
+            plugin: self.spec.name.clone(),
+            hook: self.spec.hook,
+            failure,
+        }
+    }
+
+    /// One call in a fresh store under this plugin's limits, on the current thread.
+    fn call_blocking<T, R>(
+        &self,
+        f: impl FnOnce(&mut Store<Sandbox>, &WorldPre) -> R,
+    ) -> Result<T, CallError>
+    where
+        R: IntoCallResult<T>,
+        T: OutputSize,
+    {
+        let limits = &self.spec.limits;
+        let sandbox = Sandbox::new(&self.spec.name, limits, &self.spec.grants)
+            .map_err(|e| self.fail(Failure::Instantiate(format!("{e:#}"))))?;
+        let mut store = Store::new(&self.runtime.engine, sandbox);
+        store.limiter(|s| s.limiter());
+        store.set_epoch_deadline(limits.deadline_ticks());
+        let result = f(&mut store, &self.pre).into_call_result();
+        let sandbox = store.data();
+        match result {
+            Ok(Ok(value)) => {
+                let size = value.output_size();
+                if size > (limits.max_output_kib as usize) << 10 {
+                    return Err(self.fail(Failure::OutputTooLarge {
+                        size_kib: size >> 10,
+                        limit_kib: limits.max_output_kib,
+                    }));
+                }
+                Ok(value)
+            }
+            Ok(Err(e)) if !sandbox.denied_hosts().is_empty() => {
+                tracing::debug!(plugin = %self.spec.name, "plugin error after a denied request: {}", e.message);
+                Err(self.fail(Failure::DeniedHost(sandbox.denied_hosts().to_vec())))
+            }
+            Ok(Err(e)) => {
+                if e.message.len() > (limits.max_output_kib as usize) << 10 {
+                    return Err(self.fail(Failure::OutputTooLarge {
+                        size_kib: e.message.len() >> 10,
+                        limit_kib: limits.max_output_kib,
+                    }));
+                }
+                Err(self.fail(Failure::Plugin {
+                    message: e.message,
+                    field: e.field,
+                }))
+            }
+            Err(e) => Err(self.fail(classify(&e, sandbox, limits))),
+        }
+    }
+
+    /// Runs `f` with this plugin on a blocking thread, behind the runtime's semaphore.
+    async fn call<T, R, F>(self: &Arc<Self>, f: F) -> Result<T, CallError>
+    where
+        F: FnOnce(&mut Store<Sandbox>, &WorldPre) -> R + Send + 'static,
+        R: IntoCallResult<T>,
+        T: OutputSize + Send + 'static,
+    {
+        let permit = self
+            .runtime
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore is never closed");
+        let this = self.clone();
+        let started = Instant::now();
+        let result = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            this.call_blocking(f)
+        })
+        .await
+        .unwrap_or_else(|e| Err(self.fail(Failure::Trap(format!("host task failed: {e}")))));
+        crate::metrics::plugin_call(
+            &self.spec,
+            started.elapsed(),
+            result.as_ref().err().map(|e| e.failure.label()),
+        );
+        result
+    }
+
+    /// Calls `validate-settings` with `settings` (JSON).
+    ///
+    /// # Errors
+    /// [`CallError`] with the plugin's rejection or the sandbox failure.
+    pub async fn validate_settings(self: &Arc<Self>, settings: String) -> Result<(), CallError> {
+        self.call(move |store, pre| pre.validate_settings(store, &settings))
+            .await
+    }
+
+    fn expect_hook(&self, hook: Hook) -> Result<(), CallError> {
+        if self.spec.hook == hook {
+            Ok(())
+        } else {
+            Err(self.fail(Failure::Instantiate(format!(
+                "is a {} plugin, not {hook}",
+                self.spec.hook
+            ))))
+        }
+    }
+
+    /// Routing hook: the complete new `spec.http` for `request.virtual-service`.
+    ///
+    /// # Errors
+    /// [`CallError`]; the response's `http` must be a JSON array of objects.
+    pub async fn route(
+        self: &Arc<Self>,
+        request: RouteRequest,
+    ) -> Result<RouteResponse, CallError> {
+        self.expect_hook(Hook::Routing)?;
+        let settings = self.settings_json.clone();
+        let response: RouteResponse = self
+            .call(move |store, pre| match pre {
+                WorldPre::Router(p) => p
+                    .instantiate(&mut *store)?
+                    .call_route(store, &settings, &request),
+                _ => unreachable!("hook checked"),
+            })
+            .await?;
+        match serde_json::from_str::<serde_json::Value>(&response.http) {
+            Ok(serde_json::Value::Array(items))
+                if items.iter().all(serde_json::Value::is_object) =>
+            {
+                Ok(response)
+            }
+            Ok(_) => Err(self.fail(Failure::InvalidOutput(
+                "route: `http` must be a JSON array of HTTPRoute objects".into(),
+            ))),
+            Err(e) => Err(self.fail(Failure::InvalidOutput(format!(
+                "route: `http` is not JSON: {e}"
+            )))),
+        }
+    }
+
+    /// Scaling hook: the vote of one trigger.
+    ///
+    /// # Errors
+    /// [`CallError`].
+    pub async fn vote(self: &Arc<Self>, request: TriggerRequest) -> Result<TriggerVote, CallError> {
+        self.expect_hook(Hook::Scaling)?;
+        let settings = self.settings_json.clone();
+        self.call(move |store, pre| match pre {
+            WorldPre::Scaler(p) => p
+                .instantiate(&mut *store)?
+                .call_vote(store, &settings, &request),
+            _ => unreachable!("hook checked"),
+        })
+        .await
+    }
+
+    /// Restart hook: one decision per pod of the page, in page order.
+    ///
+    /// # Errors
+    /// [`CallError`]; the number of decisions must equal the number of pods in the page.
+    pub async fn evaluate(
+        self: &Arc<Self>,
+        request: RestartRequest,
+        pods: usize,
+    ) -> Result<Vec<PodDecision>, CallError> {
+        self.expect_hook(Hook::Restart)?;
+        let settings = self.settings_json.clone();
+        let decisions: Vec<PodDecision> = self
+            .call(move |store, pre| match pre {
+                WorldPre::Restart(p) => p
+                    .instantiate(&mut *store)?
+                    .call_evaluate(store, &settings, &request),
+                _ => unreachable!("hook checked"),
+            })
+            .await?;
+        if decisions.len() != pods {
+            return Err(self.fail(Failure::InvalidOutput(format!(
+                "evaluate returned {} decisions for a page of {pods} pods",
+                decisions.len()
+            ))));
+        }
+        Ok(decisions)
+    }
+
+    /// DR hook: this instance's state and lease write for one tick.
+    ///
+    /// # Errors
+    /// [`CallError`].
+    pub async fn check(
+        self: &Arc<Self>,
+        request: StateRequest,
+    ) -> Result<StateDecision, CallError> {
+        self.expect_hook(Hook::Dr)?;
+        let settings = self.settings_json.clone();
+        self.call(move |store, pre| match pre {
+            WorldPre::Dr(p) => p
+                .instantiate(&mut *store)?
+                .call_check(store, &settings, &request),
+            _ => unreachable!("hook checked"),
+        })
+        .await
+    }
+}
+
+/// Maps a wasmtime error to the cause a user can act on.
+fn classify(e: &wasmtime::Error, sandbox: &Sandbox, limits: &Limits) -> Failure {
+    if sandbox.memory_exceeded().is_some() {
+        return Failure::OutOfMemory {
+            limit_mib: limits.memory_mib,
+        };
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => Failure::Timeout {
+            limit_ms: limits.timeout_ms,
+        },
+        Some(trap) => {
+            let detail = format!("{e:#}");
+            Failure::Trap(if detail.contains(&trap.to_string()) {
+                detail
+            } else {
+                format!("{trap}: {detail}")
+            })
+        }
+        None => Failure::Trap(format!("{e:#}")),
+    }
+}
+
+pub use bindings::dr::wasmop::plugin::dr::{
+    Action as LeaseAction, LeaseRecord, State as DrState, StateDecision, StateRequest,
+};
+pub use bindings::restart::wasmop::plugin::restart::{PodDecision, RestartRequest};
+pub use bindings::router::wasmop::plugin::routing::{
+    HeaderMatch, IstioMatch, Label, RouteRequest, RouteResponse, StringMatch,
+};
+pub use bindings::scaler::wasmop::plugin::scaling::{TriggerRequest, TriggerVote, Vote};
+
+impl OutputSize for RouteResponse {
+    fn output_size(&self) -> usize {
+        self.http.len()
+    }
+}
+
+impl OutputSize for TriggerVote {
+    fn output_size(&self) -> usize {
+        self.reason.len()
+    }
+}
+
+impl OutputSize for Vec<PodDecision> {
+    fn output_size(&self) -> usize {
+        self.iter().map(|d| d.reason.len() + 1).sum()
+    }
+}
+
+impl OutputSize for StateDecision {
+    fn output_size(&self) -> usize {
+        self.reason.len()
+    }
+}

@@ -1,0 +1,556 @@
+//! The plugin registry: ConfigMap `wasmop-plugins`, key `plugins.yaml` (format in DESIGN.md and
+//! the README), turned into loaded plugins and swapped in atomically.
+//!
+//! - Builtins are always registered under their own names (`routing-istio`, …); entries in
+//!   `plugins:` add plugins or replace a builtin of the same name.
+//! - `defaults:` picks the plugin per hook; a missing default is the hook's builtin.
+//! - A reload compiles only entries whose source, digest, settings, limits or grants changed,
+//!   off the async executor. An entry that fails keeps its last good version serving and its
+//!   error is reported by [`Registry::status`] (for CR conditions) and in the reload report
+//!   (for the ConfigMap's Event).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use super::{Hook, LoadError, Plugin, PluginRuntime, PluginSpec, builtin};
+
+/// Name of the registry ConfigMap in the operator's namespace.
+pub const CONFIGMAP_NAME: &str = "wasmop-plugins";
+/// Key of the registry document in that ConfigMap.
+pub const CONFIGMAP_KEY: &str = "plugins.yaml";
+
+/// The parsed `plugins.yaml`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Plugin entries, in addition to (or replacing) the builtins.
+    #[serde(default)]
+    pub plugins: Vec<PluginSpec>,
+    /// The plugin used per hook when a CR names none.
+    #[serde(default)]
+    pub defaults: BTreeMap<Hook, String>,
+}
+
+impl RegistryConfig {
+    /// Parses and checks a `plugins.yaml` document.
+    ///
+    /// # Errors
+    /// YAML errors (with line and column), duplicate names, a non-builtin source without
+    /// `sha256`, an unknown source scheme, a default naming an unknown plugin or one of another hook.
+    pub fn parse(yaml: &str) -> Result<Self, String> {
+        let config: Self =
+            serde_yaml::from_str(yaml).map_err(|e| format!("{CONFIGMAP_KEY}: {e}"))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let mut seen = BTreeMap::new();
+        for (i, p) in self.plugins.iter().enumerate() {
+            let at = format!("{CONFIGMAP_KEY}: plugins[{i}] ({})", p.name);
+            if p.name.is_empty() {
+                return Err(format!("{CONFIGMAP_KEY}: plugins[{i}]: name is empty"));
+            }
+            if seen.insert(p.name.clone(), p.hook).is_some() {
+                return Err(format!("{at}: duplicate name"));
+            }
+            match Source::parse(&p.source)? {
+                Source::Builtin(name) => {
+                    let b = builtin::find(&name).ok_or_else(|| {
+                        let known: Vec<_> = builtin::BUILTINS.iter().map(|b| b.name).collect();
+                        format!(
+                            "{at}: unknown builtin {name:?} (known: {})",
+                            known.join(", ")
+                        )
+                    })?;
+                    if b.hook != p.hook {
+                        return Err(format!(
+                            "{at}: builtin {name} is a {} plugin, not {}",
+                            b.hook, p.hook
+                        ));
+                    }
+                }
+                _ if p.sha256.as_deref().is_none_or(str::is_empty) => {
+                    return Err(format!("{at}: sha256 is required for source {}", p.source));
+                }
+                _ => {}
+            }
+            if p.limits.timeout_ms == 0 || p.limits.memory_mib == 0 || p.limits.max_output_kib == 0
+            {
+                return Err(format!("{at}: limits must be positive"));
+            }
+        }
+        for b in builtin::BUILTINS {
+            seen.entry(b.name.to_owned()).or_insert(b.hook);
+        }
+        for (hook, name) in &self.defaults {
+            match seen.get(name) {
+                None => {
+                    return Err(format!(
+                        "{CONFIGMAP_KEY}: defaults.{hook}: no plugin named {name:?}"
+                    ));
+                }
+                Some(h) if h != hook => {
+                    return Err(format!(
+                        "{CONFIGMAP_KEY}: defaults.{hook}: {name} is a {h} plugin"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry including the builtins not replaced by an entry of the same name.
+    pub fn effective_plugins(&self) -> Vec<PluginSpec> {
+        let mut out = self.plugins.clone();
+        for b in builtin::BUILTINS {
+            if !out.iter().any(|p| p.name == b.name) {
+                out.push(PluginSpec::new(
+                    b.name,
+                    b.hook,
+                    &format!("builtin://{}", b.name),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Where a component's bytes come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `builtin://NAME`: embedded in the binary.
+    Builtin(String),
+    /// `configmap://NAME/KEY`: `binaryData[KEY]` of ConfigMap NAME in the operator namespace.
+    ConfigMap {
+        /// ConfigMap name.
+        name: String,
+        /// Key in `binaryData`.
+        key: String,
+    },
+    /// `file:///path`: a file on the operator's filesystem.
+    File(String),
+    /// `https://…`: downloaded over TLS.
+    Https(String),
+}
+
+impl Source {
+    /// Parses a `source:` value.
+    ///
+    /// # Errors
+    /// An unknown scheme or a malformed `configmap://` reference.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if let Some(name) = s.strip_prefix("builtin://") {
+            Ok(Self::Builtin(name.to_owned()))
+        } else if let Some(rest) = s.strip_prefix("configmap://") {
+            match rest.split_once('/') {
+                Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
+                    Ok(Self::ConfigMap {
+                        name: name.to_owned(),
+                        key: key.to_owned(),
+                    })
+                }
+                _ => Err(format!("source {s:?}: expected configmap://NAME/KEY")),
+            }
+        } else if let Some(path) = s.strip_prefix("file://") {
+            if path.starts_with('/') {
+                Ok(Self::File(path.to_owned()))
+            } else {
+                Err(format!("source {s:?}: expected file:///absolute/path"))
+            }
+        } else if s.starts_with("https://") {
+            Ok(Self::Https(s.to_owned()))
+        } else {
+            Err(format!(
+                "source {s:?}: expected builtin://, configmap://, file:// or https://"
+            ))
+        }
+    }
+}
+
+/// Fetches component bytes for non-builtin sources.
+#[async_trait::async_trait]
+pub trait Fetch: Send + Sync {
+    /// The bytes of `source`.
+    ///
+    /// # Errors
+    /// A message saying what could not be read and why.
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String>;
+}
+
+/// Reads `file://` sources; other remote sources need a cluster (see `crate::runtime`).
+pub struct LocalFetch;
+
+#[async_trait::async_trait]
+impl Fetch for LocalFetch {
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        match source {
+            Source::File(path) => tokio::fs::read(path)
+                .await
+                .map_err(|e| format!("cannot read {path}: {e}")),
+            Source::Builtin(name) => builtin::find(name)
+                .map(|b| b.wasm.to_vec())
+                .ok_or_else(|| format!("unknown builtin {name}")),
+            Source::ConfigMap { name, key } => Err(format!(
+                "configmap://{name}/{key} needs a cluster connection"
+            )),
+            Source::Https(url) => Err(format!(
+                "{url}: https sources are not supported by this build; use configmap:// or file://"
+            )),
+        }
+    }
+}
+
+/// Readiness of one registry entry, as reported in CR conditions (`PluginReady`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The entry name.
+    pub name: String,
+    /// The hook.
+    pub hook: Option<Hook>,
+    /// True when the latest version of the entry is loaded and serving.
+    pub ready: bool,
+    /// `Loaded`, `LoadFailed` (last good still serving), `NotLoaded` (nothing to serve) or `NotFound`.
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// Digest of the version serving calls, if any.
+    pub serving_digest: Option<String>,
+}
+
+/// One immutable view of the registry.
+#[derive(Default)]
+pub struct Snapshot {
+    plugins: BTreeMap<String, Arc<Plugin>>,
+    specs: BTreeMap<String, PluginSpec>,
+    errors: BTreeMap<String, String>,
+    defaults: BTreeMap<Hook, String>,
+    config_error: Option<String>,
+}
+
+/// What a reload did, for logs and the ConfigMap's Events.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReloadReport {
+    /// Entries (re)loaded successfully.
+    pub loaded: Vec<String>,
+    /// Entries that failed to load, with the error (their last good version, if any, keeps serving).
+    pub failed: Vec<(String, String)>,
+    /// Entries removed from the registry.
+    pub removed: Vec<String>,
+}
+
+/// Why no plugin could be resolved for a call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No entry with that name.
+    #[error("no plugin named {0:?} in {CONFIGMAP_NAME}")]
+    NotFound(String),
+    /// The entry exists but implements another hook.
+    #[error("plugin {name:?} is a {found} plugin, not {want}")]
+    WrongHook {
+        /// Entry name.
+        name: String,
+        /// Its hook.
+        found: Hook,
+        /// The hook asked for.
+        want: Hook,
+    },
+    /// The entry never loaded successfully.
+    #[error("plugin {name:?} is not loaded: {error}")]
+    NotLoaded {
+        /// Entry name.
+        name: String,
+        /// Its load error.
+        error: String,
+    },
+}
+
+/// The live registry: loaded plugins behind an atomically swapped snapshot.
+pub struct Registry {
+    runtime: Arc<PluginRuntime>,
+    current: ArcSwap<Snapshot>,
+    reload: tokio::sync::Mutex<()>,
+}
+
+impl Registry {
+    /// An empty registry; call [`Registry::apply`] to load.
+    pub fn new(runtime: Arc<PluginRuntime>) -> Arc<Self> {
+        Arc::new(Self {
+            runtime,
+            current: ArcSwap::from_pointee(Snapshot::default()),
+            reload: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The plugin runtime.
+    pub fn runtime(&self) -> &Arc<PluginRuntime> {
+        &self.runtime
+    }
+
+    /// The plugin for `hook`: `name` if given (a CR's `spec.plugin`), else the hook's default.
+    /// A name whose latest version failed to load resolves to its last good version.
+    ///
+    /// # Errors
+    /// [`ResolveError`] when the name is unknown, of another hook, or never loaded.
+    pub fn resolve(&self, hook: Hook, name: Option<&str>) -> Result<Arc<Plugin>, ResolveError> {
+        let snap = self.current.load();
+        let name = name
+            .map(str::to_owned)
+            .or_else(|| snap.defaults.get(&hook).cloned())
+            .unwrap_or_else(|| builtin::for_hook(hook).name.to_owned());
+        let Some(spec) = snap.specs.get(&name) else {
+            return Err(ResolveError::NotFound(name));
+        };
+        if spec.hook != hook {
+            return Err(ResolveError::WrongHook {
+                name,
+                found: spec.hook,
+                want: hook,
+            });
+        }
+        match snap.plugins.get(&name) {
+            Some(p) => Ok(p.clone()),
+            None => Err(ResolveError::NotLoaded {
+                error: snap
+                    .errors
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| "not loaded yet".into()),
+                name,
+            }),
+        }
+    }
+
+    /// The readiness of the plugin a CR of `hook` naming `name` (or none) uses.
+    pub fn status(&self, hook: Hook, name: Option<&str>) -> PluginStatus {
+        let snap = self.current.load();
+        let name = name
+            .map(str::to_owned)
+            .or_else(|| snap.defaults.get(&hook).cloned())
+            .unwrap_or_else(|| builtin::for_hook(hook).name.to_owned());
+        status_of(&snap, &name)
+    }
+
+    /// The readiness of every entry, and the config error if the ConfigMap was rejected.
+    pub fn statuses(&self) -> (Vec<PluginStatus>, Option<String>) {
+        let snap = self.current.load();
+        (
+            snap.specs.keys().map(|n| status_of(&snap, n)).collect(),
+            snap.config_error.clone(),
+        )
+    }
+
+    /// Records that the ConfigMap could not be used (missing or malformed) and falls back to the
+    /// builtin defaults, keeping every loaded builtin.
+    pub async fn apply_fallback(&self, reason: String, fetch: &dyn Fetch) -> ReloadReport {
+        let report = self.apply(RegistryConfig::default(), fetch).await;
+        let mut snap = clone_snapshot(&self.current.load());
+        snap.config_error = Some(reason);
+        self.current.store(Arc::new(snap));
+        report
+    }
+
+    /// Loads `config`: unchanged entries keep their loaded plugin, changed ones are fetched,
+    /// verified and compiled off the executor, then the new snapshot is swapped in at once.
+    pub async fn apply(&self, config: RegistryConfig, fetch: &dyn Fetch) -> ReloadReport {
+        let _guard = self.reload.lock().await;
+        let old = self.current.load_full();
+        let mut next = Snapshot {
+            defaults: config.defaults.clone(),
+            ..Snapshot::default()
+        };
+        let mut report = ReloadReport::default();
+        for spec in config.effective_plugins() {
+            let name = spec.name.clone();
+            let unchanged = old.specs.get(&name) == Some(&spec);
+            if unchanged {
+                if let Some(p) = old.plugins.get(&name) {
+                    next.plugins.insert(name.clone(), p.clone());
+                }
+                if let Some(e) = old.errors.get(&name) {
+                    next.errors.insert(name.clone(), e.clone());
+                }
+                next.specs.insert(name, spec);
+                continue;
+            }
+            match self.load_spec(&spec, fetch).await {
+                Ok(plugin) => {
+                    next.plugins.insert(name.clone(), plugin);
+                    report.loaded.push(name.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = %name, "{e}");
+                    // Keep the last good version only if it is for the same hook.
+                    if let Some(p) = old
+                        .plugins
+                        .get(&name)
+                        .filter(|p| p.spec().hook == spec.hook)
+                    {
+                        next.plugins.insert(name.clone(), p.clone());
+                    }
+                    next.errors.insert(name.clone(), e.message.clone());
+                    report.failed.push((name.clone(), e.message));
+                }
+            }
+            next.specs.insert(name, spec);
+        }
+        report.removed = old
+            .specs
+            .keys()
+            .filter(|n| !next.specs.contains_key(*n))
+            .cloned()
+            .collect();
+        self.current.store(Arc::new(next));
+        report
+    }
+
+    async fn load_spec(
+        &self,
+        spec: &PluginSpec,
+        fetch: &dyn Fetch,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let source = Source::parse(&spec.source).map_err(|message| LoadError {
+            plugin: spec.name.clone(),
+            message,
+        })?;
+        let bytes: std::borrow::Cow<'static, [u8]> = match &source {
+            Source::Builtin(name) => builtin::find(name)
+                .map(|b| std::borrow::Cow::Borrowed(b.wasm))
+                .ok_or_else(|| LoadError {
+                    plugin: spec.name.clone(),
+                    message: format!("unknown builtin {name}"),
+                })?,
+            other => {
+                std::borrow::Cow::Owned(fetch.fetch(other).await.map_err(|message| LoadError {
+                    plugin: spec.name.clone(),
+                    message,
+                })?)
+            }
+        };
+        let runtime = self.runtime.clone();
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || runtime.load(&spec, &bytes))
+            .await
+            .unwrap_or_else(|e| {
+                Err(LoadError {
+                    plugin: String::new(),
+                    message: format!("load task failed: {e}"),
+                })
+            })
+    }
+}
+
+fn clone_snapshot(s: &Snapshot) -> Snapshot {
+    Snapshot {
+        plugins: s.plugins.clone(),
+        specs: s.specs.clone(),
+        errors: s.errors.clone(),
+        defaults: s.defaults.clone(),
+        config_error: s.config_error.clone(),
+    }
+}
+
+fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
+    let spec = snap.specs.get(name);
+    let serving = snap.plugins.get(name);
+    let (ready, reason, message) = match (spec, snap.errors.get(name), serving) {
+        (None, _, _) => (
+            false,
+            "NotFound",
+            format!("no plugin named {name:?} in {CONFIGMAP_NAME}"),
+        ),
+        (Some(_), Some(e), Some(p)) => (
+            false,
+            "LoadFailed",
+            format!(
+                "{e}; the previous version ({}) keeps serving",
+                short(p.digest())
+            ),
+        ),
+        (Some(_), Some(e), None) => (false, "NotLoaded", e.clone()),
+        (Some(_), None, Some(p)) => (
+            true,
+            "Loaded",
+            format!("{} {} ({})", p.info().0, p.info().1, short(p.digest())),
+        ),
+        (Some(_), None, None) => (false, "NotLoaded", "not loaded yet".to_owned()),
+    };
+    PluginStatus {
+        name: name.to_owned(),
+        hook: spec.map(|s| s.hook),
+        ready,
+        reason: reason.to_owned(),
+        message,
+        serving_digest: serving.map(|p| p.digest().to_owned()),
+    }
+}
+
+fn short(digest: &str) -> String {
+    format!("sha256:{}", &digest[..digest.len().min(12)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_format() {
+        let c = RegistryConfig::parse(
+            r#"
+plugins:
+  - name: istio-routing
+    hook: routing
+    source: builtin://routing-istio
+    settings: {responseHeader: x-env}
+    limits: { memoryMiB: 32, timeoutMs: 100, maxOutputKiB: 512 }
+    grants: { allowedHosts: [], readOnlyDir: "" }
+    failurePolicy: Ignore
+  - name: custom
+    hook: scaling
+    source: configmap://my-plugins/scaler.wasm
+    sha256: "00"
+defaults: { routing: istio-routing, scaling: custom }
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.plugins[0].limits.memory_mib, 32);
+        assert_eq!(
+            c.plugins[0].failure_policy,
+            super::super::FailurePolicy::Ignore
+        );
+        assert_eq!(c.defaults[&Hook::Scaling], "custom");
+        let names: Vec<_> = c.effective_plugins().into_iter().map(|p| p.name).collect();
+        assert!(
+            names.contains(&"dr-lease".to_owned()) && names.contains(&"istio-routing".to_owned())
+        );
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_load() {
+        let err = |y: &str| RegistryConfig::parse(y).unwrap_err();
+        assert!(
+            err("plugins: [{name: a, hook: routing, source: 'file:///a.wasm'}]")
+                .contains("sha256 is required")
+        );
+        assert!(
+            err("plugins: [{name: a, hook: routing, source: 'ftp://x'}]")
+                .contains("expected builtin://")
+        );
+        assert!(
+            err("plugins: [{name: a, hook: scaling, source: 'builtin://routing-istio'}]")
+                .contains("is a routing plugin")
+        );
+        assert!(err("defaults: {routing: nope}").contains("no plugin named \"nope\""));
+        assert!(err("defaults: {routing: dr-lease}").contains("is a dr plugin"));
+        assert!(err("plugins: [{name: a, hook: routing, source: 'builtin://routing-istio', colour: red}]").contains("unknown field"));
+        assert!(
+            err("plugins: [{name: a, hook: routing, source: 'configmap://x'}]")
+                .contains("configmap://NAME/KEY")
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! The per-call store state: WASI with nothing granted but what the registry lists, a memory
+//! limiter that records why it refused, an outbound-HTTP allowlist and the `log` import.
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use super::bindings::LogLevel;
+use super::bindings::router::wasmop::plugin::log;
+use super::{Grants, Limits};
+
+/// Longest log line kept from a plugin, in bytes.
+pub const MAX_LOG_LINE: usize = 4 * 1024;
+/// Most log bytes kept from one call.
+pub const MAX_LOG_PER_CALL: usize = 64 * 1024;
+/// Where `grants.readOnlyDir` appears inside the guest.
+pub const READ_ONLY_DIR_GUEST_PATH: &str = "/data";
+
+/// State of one `Store`: one call, or one batch of calls.
+pub struct Sandbox {
+    plugin: String,
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    hooks: HttpAllowlist,
+    table: ResourceTable,
+    limiter: Limiter,
+    log_budget: usize,
+}
+
+impl Sandbox {
+    /// A sandbox for `plugin` with the given limits and grants.
+    ///
+    /// # Errors
+    /// `grants.readOnlyDir` cannot be opened.
+    pub fn new(plugin: &str, limits: &Limits, grants: &Grants) -> anyhow::Result<Self> {
+        let mut wasi = WasiCtxBuilder::new();
+        // Deny-all: no env, args, stdio, sockets or preopens unless granted below.
+        wasi.allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(dir) = grants.read_only_dir.as_deref().filter(|d| !d.is_empty()) {
+            wasi.preopened_dir(dir, READ_ONLY_DIR_GUEST_PATH, FsPerms::ReadOnly)
+                .map_err(|e| anyhow::anyhow!("grants.readOnlyDir {dir:?} cannot be opened: {e}"))?;
+        }
+        Ok(Self {
+            plugin: plugin.to_owned(),
+            wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            hooks: HttpAllowlist {
+                allowed: grants.allowed_hosts.clone(),
+                denied: Vec::new(),
+            },
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                inner: StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes())
+                    .instances(64)
+                    .tables(64)
+                    .memories(16)
+                    .build(),
+                memory_limit: limits.memory_bytes(),
+                exceeded: None,
+            },
+            log_budget: MAX_LOG_PER_CALL,
+        })
+    }
+
+    /// The resource limiter to install with `Store::limiter`.
+    pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.limiter
+    }
+
+    /// The size a refused memory growth asked for, if one was refused.
+    pub fn memory_exceeded(&self) -> Option<usize> {
+        self.limiter.exceeded
+    }
+
+    /// Outbound authorities this call tried to reach and was denied.
+    pub fn denied_hosts(&self) -> &[String] {
+        &self.hooks.denied
+    }
+}
+
+/// `StoreLimits` plus a record of the growth it refused, so a failure can say "out of memory".
+struct Limiter {
+    inner: StoreLimits,
+    memory_limit: usize,
+    exceeded: Option<usize>,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.exceeded = Some(desired);
+            wasmtime::bail!(
+                "memory limit of {} MiB exceeded (asked for {} MiB)",
+                self.memory_limit >> 20,
+                desired >> 20
+            );
+        }
+        self.inner.memory_growing(current, desired, maximum)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// `wasi:http` hooks that let a request through only when its parsed authority (`host:port`,
+/// port defaulted from the scheme) is listed in `grants.allowedHosts`. The Host header plays
+/// no part (the lesson of Spin's CVE-2024-32980).
+struct HttpAllowlist {
+    allowed: Vec<String>,
+    denied: Vec<String>,
+}
+
+/// Whether `authority` (as in a URI, `host[:port]`) is covered by `allowed`, whose entries are
+/// `host:port` or `host` (any port). Hosts compare case-insensitively.
+pub fn host_allowed(allowed: &[String], authority: &str, default_port: u16) -> bool {
+    let authority = authority.to_ascii_lowercase();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse::<u16>() {
+            Ok(p) => (h.to_owned(), p),
+            Err(_) => (authority.clone(), default_port),
+        },
+        _ => (authority.clone(), default_port),
+    };
+    allowed.iter().any(|entry| {
+        let entry = entry.to_ascii_lowercase();
+        match entry
+            .rsplit_once(':')
+            .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h.to_owned(), p)))
+        {
+            Some((h, p)) => h == host && p == port,
+            None => entry == host,
+        }
+    })
+}
+
+impl WasiHttpHooks for HttpAllowlist {
+    fn send_request(
+        &mut self,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        http::Response<wasmtime_wasi_http::WasiBody>,
+                        Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                    ),
+                    wasmtime_wasi_http::Error,
+                >,
+            > + Send,
+    > {
+        let uri = request.uri();
+        let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+            443
+        } else {
+            80
+        };
+        let authority = uri
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .unwrap_or_default();
+        if authority.is_empty() || !host_allowed(&self.allowed, &authority, default_port) {
+            self.denied.push(authority);
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        _ = fut;
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                res.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+impl WasiView for Sandbox {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for Sandbox {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+impl log::Host for Sandbox {
+    fn log(&mut self, level: LogLevel, message: String) {
+        if self.log_budget == 0 {
+            return;
+        }
+        let mut end = message.len().min(MAX_LOG_LINE).min(self.log_budget);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.log_budget -= end;
+        let line = &message[..end];
+        let plugin = self.plugin.as_str();
+        match level {
+            LogLevel::Trace => tracing::trace!(plugin, "{line}"),
+            LogLevel::Debug => tracing::debug!(plugin, "{line}"),
+            LogLevel::Info => tracing::info!(plugin, "{line}"),
+            LogLevel::Warn => tracing::warn!(plugin, "{line}"),
+            LogLevel::Error => tracing::error!(plugin, "{line}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn allowlist_matches_parsed_authority() {
+        let allowed = vec![
+            "127.0.0.1:9090".to_owned(),
+            "prometheus.monitoring".to_owned(),
+        ];
+        assert!(host_allowed(&allowed, "127.0.0.1:9090", 80));
+        assert!(!host_allowed(&allowed, "127.0.0.1:9091", 80));
+        assert!(
+            !host_allowed(&allowed, "127.0.0.1", 80),
+            "port defaults to the scheme's"
+        );
+        assert!(
+            host_allowed(&allowed, "PROMETHEUS.monitoring:8080", 80),
+            "a bare host allows any port"
+        );
+        assert!(!host_allowed(&allowed, "prometheus.monitoring.evil:80", 80));
+        assert!(
+            !host_allowed(&[], "127.0.0.1:9090", 80),
+            "nothing is granted by default"
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! Plugin tier: real components through the real host. The default plugins answer; the hostile
+//! fixture (tests/fixtures/hostile) fails each call with the right cause, and the host keeps
+//! serving the next call.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
+use wasmop::plugins::{
+    CallError, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
+    RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
+};
+
+fn components_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("WASMOP_COMPONENTS_DIR"))
+}
+
+fn runtime() -> Arc<PluginRuntime> {
+    let dir = std::env::temp_dir().join(format!("wasmop-plugin-tests-{}", std::process::id()));
+    PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir),
+        max_concurrent_calls: 2,
+    })
+    .unwrap()
+}
+
+fn hostile(rt: &Arc<PluginRuntime>, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
+    let mut spec = PluginSpec::new("hostile", Hook::Routing, "file:///hostile.wasm");
+    edit(&mut spec);
+    rt.load(&spec, &bytes).unwrap()
+}
+
+fn request(behaviour: &str, param: &str) -> RouteRequest {
+    RouteRequest {
+        dynamic_env: "ns/de".into(),
+        unique_name: "u".into(),
+        subset: behaviour.into(),
+        host: param.into(),
+        namespace: "ns".into(),
+        default_version: "shared".into(),
+        matches: vec![],
+        route_prefix: "p-".into(),
+        virtual_service: "{}".into(),
+    }
+}
+
+async fn fails(p: &Arc<Plugin>, behaviour: &str, param: &str) -> CallError {
+    let e = p
+        .route(request(behaviour, param))
+        .await
+        .expect_err("the call must fail");
+    assert_eq!(
+        (e.plugin.as_str(), e.hook),
+        ("hostile", Hook::Routing),
+        "the error names plugin and hook: {e}"
+    );
+    // The host still serves the next call.
+    p.route(request("ok", ""))
+        .await
+        .expect("the next call succeeds");
+    e
+}
+
+#[tokio::test]
+async fn infinite_loop_times_out_within_twice_the_deadline() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {});
+    let started = Instant::now();
+    let e = p.route(request("loop", "")).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(e.failure, Failure::Timeout { limit_ms: 250 }, "{e}");
+    assert!(elapsed < Duration::from_millis(500), "took {elapsed:?}");
+    assert!(e.to_string().contains("timed out after 250 ms"), "{e}");
+    fails(&p, "loop", "").await;
+}
+
+#[tokio::test]
+async fn memory_growth_hits_the_limit() {
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.memory_mib = 16);
+    let e = fails(&p, "oom", "").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+    assert!(e.to_string().contains("out of memory"), "{e}");
+}
+
+#[tokio::test]
+async fn a_panic_is_a_trap_with_its_message() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {});
+    let e = fails(&p, "trap", "").await;
+    assert!(
+        matches!(&e.failure, Failure::Trap(m) if m.contains("unreachable")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_output_is_rejected() {
+    let rt = runtime();
+    // 2 MiB of output against the default 1 MiB cap.
+    let p = hostile(&rt, |_| {});
+    let e = fails(&p, "huge", "2").await;
+    assert_eq!(
+        e.failure,
+        Failure::OutputTooLarge {
+            size_kib: 2048,
+            limit_kib: 1024
+        },
+        "{e}"
+    );
+    // 100 MiB: refused, whether by the memory cap or the output cap.
+    let big = hostile(&rt, |s| {
+        s.limits.memory_mib = 256;
+        s.limits.timeout_ms = 20_000;
+    });
+    let e = fails(&big, "huge", "100").await;
+    assert!(
+        matches!(
+            e.failure,
+            Failure::OutputTooLarge {
+                size_kib: 102_400,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let small = hostile(&rt, |s| s.limits.timeout_ms = 20_000);
+    let e = fails(&small, "huge", "100").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 64 }, "{e}");
+}
+
+#[tokio::test]
+async fn a_component_of_another_world_is_refused_at_load() {
+    let rt = runtime();
+    let dr = builtin::find("dr-lease").unwrap();
+    let spec = PluginSpec::new("dr-as-router", Hook::Routing, "builtin://dr-lease");
+    let e = rt.load(&spec, dr.wasm).unwrap_err();
+    assert!(
+        e.message.contains("does not export the router world"),
+        "{e}"
+    );
+    let garbage = rt.load(&spec, b"\0asm not really").unwrap_err();
+    assert!(
+        garbage.message.contains("not a valid component"),
+        "{garbage}"
+    );
+}
+
+/// A loopback HTTP server answering `200 ok` to each connection, for `count` connections.
+fn serve_ok(count: usize) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handle = std::thread::spawn(move || {
+        use std::io::Write;
+        for stream in listener.incoming().take(count) {
+            let mut s = stream.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (addr, handle)
+}
+
+#[tokio::test]
+async fn outbound_http_only_to_allowed_hosts() {
+    let rt = runtime();
+    let (allowed, server) = serve_ok(1);
+    let (other, _other_server) = serve_ok(1);
+    let p = hostile(&rt, |s| s.grants.allowed_hosts = vec![allowed.clone()]);
+    p.route(request("http", &format!("http://{allowed}/")))
+        .await
+        .expect("an allowed loopback host succeeds");
+    server.join().unwrap();
+    let e = fails(&p, "http", &format!("http://{other}/")).await;
+    assert_eq!(e.failure, Failure::DeniedHost(vec![other.clone()]), "{e}");
+    assert!(e.to_string().contains("not in grants.allowedHosts"), "{e}");
+    let nothing = hostile(&rt, |_| {});
+    let e = fails(&nothing, "http", &format!("http://{allowed}/")).await;
+    assert!(
+        matches!(e.failure, Failure::DeniedHost(_)),
+        "nothing is granted by default: {e}"
+    );
+}
+
+#[tokio::test]
+async fn files_only_inside_the_read_only_dir() {
+    let rt = runtime();
+    let dir = std::env::temp_dir().join(format!("wasmop-ro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("allowed.txt"), "hello").unwrap();
+    let p = hostile(&rt, |s| {
+        s.grants.read_only_dir = Some(dir.display().to_string())
+    });
+    p.route(request("read", "/data/allowed.txt"))
+        .await
+        .expect("reading inside readOnlyDir works");
+    let e = fails(&p, "write", "/data/new.txt").await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("write /data/new.txt")),
+        "{e}"
+    );
+    assert!(!dir.join("new.txt").exists(), "nothing was written");
+    let e = fails(&p, "read", "/etc/passwd").await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("read /etc/passwd")),
+        "{e}"
+    );
+    let none = hostile(&rt, |_| {});
+    fails(&none, "read", "/data/allowed.txt").await;
+}
+
+#[tokio::test]
+async fn plugin_logs_are_capped() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {});
+    // 1,000 lines of 1 KiB: the host keeps 64 KiB and the call still succeeds.
+    p.route(request("log", "1000"))
+        .await
+        .expect("logging past the cap is not an error");
+}
+
+#[tokio::test]
+async fn every_default_plugin_answers_through_the_host() {
+    let rt = runtime();
+    let registry = Registry::new(rt.clone());
+    let report = registry.apply(RegistryConfig::default(), &LocalFetch).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.loaded.len(), 4);
+
+    let dr = registry.resolve(Hook::Dr, None).unwrap();
+    let d = dr
+        .check(StateRequest {
+            identity: "me".into(),
+            now: 100_000,
+            lease: Some(LeaseRecord {
+                owner: "other".into(),
+                updated_time: 0,
+                notes: String::new(),
+            }),
+            wait_time_seconds: 1,
+            failure_threshold: 3,
+            started_at: 0,
+            warmup_seconds: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(d.action, LeaseAction::Takeover, "{}", d.reason);
+
+    let routing = registry.resolve(Hook::Routing, None).unwrap();
+    let vs = serde_json::json!({
+        "metadata": {"name": "reviews", "namespace": "ns"},
+        "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews", "subset": "shared"}}]}]}
+    });
+    let mut req = request("sub", "reviews");
+    req.virtual_service = vs.to_string();
+    req.matches = vec![wasmop::plugins::IstioMatch {
+        headers: vec![wasmop::plugins::HeaderMatch {
+            name: "end-user".into(),
+            value: wasmop::plugins::StringMatch::Exact("jason".into()),
+        }],
+        source_labels: vec![],
+    }];
+    let routes: serde_json::Value =
+        serde_json::from_str(&routing.route(req).await.unwrap().http).unwrap();
+    assert_eq!(
+        routes.as_array().unwrap().len(),
+        2,
+        "one copy before the default route: {routes}"
+    );
+    assert_eq!(routes[0]["route"][0]["destination"]["subset"], "sub");
+
+    let restart = registry.resolve(Hook::Restart, None).unwrap();
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "annotations": {"sidecar.istio.io/status": "{}"}},
+        "spec": {"containers": [{"name": "istio-proxy", "image": "proxyv2:1.0"}]}
+    });
+    let decisions = restart
+        .evaluate(
+            wasmop::plugins::RestartRequest {
+                policy: "p".into(),
+                desired: r#"{"image":"proxyv2:1.1"}"#.into(),
+                applied: "null".into(),
+                pods: serde_json::json!([pod]).to_string(),
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    assert!(decisions[0].restart, "{}", decisions[0].reason);
+
+    let scaling = registry.resolve(Hook::Scaling, None).unwrap();
+    let e = scaling
+        .vote(wasmop::plugins::TriggerRequest {
+            elastic_service: "ns/es".into(),
+            trigger_type: "prometheus".into(),
+            metadata: r#"{"query":"up","serverAddress":"http://127.0.0.1:1","threshold":"0.5"}"#
+                .into(),
+            cooldown_seconds: 60,
+            now: 0,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.failure, Failure::DeniedHost(_)),
+        "the default scaler reaches Prometheus only when granted: {e}"
+    );
+}
+
+#[tokio::test]
+async fn compiled_components_are_cached_by_digest() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir.clone()),
+        max_concurrent_calls: 1,
+    })
+    .unwrap();
+    let b = builtin::find("dr-lease").unwrap();
+    let spec = PluginSpec::new("dr", Hook::Dr, "builtin://dr-lease");
+    rt.load(&spec, b.wasm).unwrap();
+    let digest = sha256_hex(b.wasm);
+    let artifact = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("an artifact was written");
+    assert!(
+        artifact
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&digest)
+    );
+    // A tampered artifact is not loaded: the host recompiles and still works.
+    std::fs::write(&artifact, b"tampered").unwrap();
+    rt.load(&spec, b.wasm)
+        .expect("recompiles when the artifact does not match its recorded digest");
+    assert_ne!(
+        std::fs::read(&artifact).unwrap(),
+        b"tampered",
+        "the artifact was rewritten"
+    );
+    // A wrong sha256 in the registry is refused before compiling.
+    let mut wrong = spec.clone();
+    wrong.sha256 = Some("00".repeat(32));
+    assert!(
+        rt.load(&wrong, b.wasm)
+            .unwrap_err()
+            .message
+            .contains("sha256 mismatch")
+    );
+}
