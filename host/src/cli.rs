@@ -40,8 +40,12 @@ pub enum Command {
     },
     /// Run the scale-from-zero resolver.
     Resolver,
-    /// Print the CustomResourceDefinitions as YAML.
-    Crdgen,
+    /// Print the CustomResourceDefinitions as YAML, or write one file each into `--out`.
+    Crdgen {
+        /// Directory to write `<plural>.yaml` files into (e.g. `crds`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Plan offline: YAML files in, IR and planned objects out.
     Plan,
     /// Tools for plugin authors.
@@ -120,7 +124,18 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             .await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Resolver | Command::Crdgen | Command::Plan => {
+        Command::Crdgen { out } => {
+            for (file, crd) in crate::api::crds() {
+                let yaml = crate::api::to_yaml(&crd)?;
+                match &out {
+                    Some(dir) => std::fs::write(dir.join(file), yaml)
+                        .with_context(|| format!("cannot write {}", dir.join(file).display()))?,
+                    None => print!("---\n{yaml}"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resolver | Command::Plan => {
             eprintln!("not yet implemented");
             Ok(ExitCode::from(2))
         }

@@ -2,6 +2,7 @@
 //! components. See `docs/architecture.md` for the data flow and `wit/plugin.wit` for the
 //! plugin contract.
 
+pub mod api;
 pub mod cli;
 pub mod metrics;
 pub mod plugins;
