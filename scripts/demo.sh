@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The main job (README: `make demo`): sets up the machine, starts the local control plane,
+# installs the CRDs, RBAC and plugin registry, runs the operator under its own ServiceAccount,
+# and prints what it did. The control plane is left running (stop it: make cluster-down).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+step "setup (idempotent)"
+./scripts/setup.sh
+step "building wasmop"
+cargo build -p wasmop --locked
+step "starting the local control plane"
+kubeconfig=$(./deploy/dev/cluster.sh up)
+eval "$(./deploy/dev/cluster.sh env)"
+echo "KUBECONFIG=$kubeconfig"
+kubectl get nodes -o wide
+
+step "installing CRDs, RBAC and the plugin registry"
+if compgen -G "crds/*.yaml" >/dev/null; then kubectl apply --server-side -f crds/; fi
+kubectl apply -f deploy/rbac/operator.yaml
+kubectl apply -f examples/plugins-configmap.yaml
+
+step "running the operator as system:serviceaccount:wasmop-system:wasmop"
+logs=$(./deploy/dev/cluster.sh logs)
+sa_kubeconfig=$(./deploy/dev/sa-kubeconfig.sh wasmop-system wasmop "$logs/wasmop-sa.kubeconfig")
+listen=127.0.0.1:18080
+KUBECONFIG=$sa_kubeconfig ./target/debug/wasmop run --namespace wasmop-system --listen "$listen" \
+  >"$logs/wasmop.log" 2>&1 &
+operator=$!
+trap 'kill $operator 2>/dev/null || true' EXIT
+for _ in $(seq 1 300); do
+  curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break
+  kill -0 "$operator" 2>/dev/null || { cat "$logs/wasmop.log"; exit 1; }
+  sleep 0.1
+done
+curl -fsS "http://$listen/readyz"; echo
+step "plugin registry as the operator loaded it (GET /plugins)"
+curl -fsS "http://$listen/plugins" | python3 -m json.tool
+step "Events recorded on the wasmop-plugins ConfigMap"
+kubectl get events -n wasmop-system --field-selector involvedObject.name=wasmop-plugins \
+  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message
+step "operator log ($logs/wasmop.log)"
+tail -n 20 "$logs/wasmop.log"
+printf '\nThe control plane keeps running: export KUBECONFIG=%s; stop it with `make cluster-down`.\n' "$kubeconfig"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The one test command (README: `make test`; .ci/run calls it): formatting and lints, then
+# unit, plugin and end-to-end tests against the local control plane, which it starts if it is
+# not running and stops again afterwards.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+"$root/scripts/setup.sh"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+cluster="$root/deploy/dev/cluster.sh"
+started=0
+if ! "$cluster" status >/dev/null 2>&1; then
+  step "starting the local control plane"
+  "$cluster" up >/dev/null
+  started=1
+fi
+cleanup() {
+  status=$?
+  if [ "$status" -ne 0 ]; then
+    logs=$("$cluster" logs)
+    printf '\n==> tests failed; last lines of the control plane logs in %s\n' "$logs"
+    for f in "$logs"/*.log; do
+      case "$f" in *audit.log) continue ;; esac
+      printf -- '--- %s\n' "$f"; tail -n 20 "$f" || true
+    done
+  fi
+  if [ "$started" = 1 ]; then "$cluster" down >/dev/null 2>&1 || true; fi
+  exit "$status"
+}
+trap cleanup EXIT
+eval "$("$cluster" env)"
+
+step "cargo test --workspace (unit, plugin and e2e tiers)"
+cargo test --workspace --locked -- --test-threads=2
