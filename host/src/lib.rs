@@ -5,5 +5,6 @@
 pub mod api;
 pub mod cli;
 pub mod metrics;
+pub mod plugin_ready;
 pub mod plugins;
 pub mod runtime;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::EnvVar;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -159,6 +159,10 @@ pub struct DynamicEnvStatus {
     /// Those of them that are ready.
     #[serde(default)]
     pub total_ready: i32,
+    /// Conditions, e.g. `PluginReady` (whether the router plugin it uses is loaded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// A resource wasmop created or changed, and its status (`unknown`, `initializing`, `running`,
