@@ -37,6 +37,10 @@ pub enum Command {
         /// This instance's identity (the pod name in a cluster).
         #[arg(long, env = "POD_NAME", default_value = "wasmop")]
         identity: String,
+        /// PEM file of CA certificates trusted for `https://` plugin sources, in addition to
+        /// the system's roots.
+        #[arg(long, env = "WASMOP_EXTRA_CA_FILE")]
+        extra_ca_file: Option<PathBuf>,
     },
     /// Run the scale-from-zero resolver.
     Resolver,
@@ -115,11 +119,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             namespace,
             listen,
             identity,
+            extra_ca_file,
         } => {
+            let extra_ca_pem =
+                match extra_ca_file {
+                    Some(path) => Some(std::fs::read(&path).with_context(|| {
+                        format!("cannot read --extra-ca-file {}", path.display())
+                    })?),
+                    None => None,
+                };
             crate::runtime::run(crate::runtime::RunOptions {
                 namespace,
                 listen,
                 identity,
+                extra_ca_pem,
             })
             .await?;
             Ok(ExitCode::SUCCESS)
@@ -218,7 +231,7 @@ async fn load_for_cli(
     {
         bail!("unknown builtin {n}");
     }
-    let bytes = LocalFetch
+    let bytes = LocalFetch::default()
         .fetch(&source)
         .await
         .map_err(anyhow::Error::msg)?;

@@ -35,6 +35,8 @@ pub struct RunOptions {
     pub listen: SocketAddr,
     /// This instance's identity (pod name), used in Events.
     pub identity: String,
+    /// PEM certificates trusted for `https://` plugin sources besides the system's roots.
+    pub extra_ca_pem: Option<Vec<u8>>,
 }
 
 /// Shared state of the running operator.
@@ -48,18 +50,29 @@ pub struct Context {
     /// The operator namespace.
     pub namespace: String,
     ready: AtomicBool,
+    reloads: tokio::sync::watch::Sender<u64>,
+    extra_ca_pem: Option<Vec<u8>>,
+}
+
+impl Context {
+    /// Marks the registry loaded and tells every watcher of reloads.
+    fn reloaded(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+        self.reloads.send_modify(|n| *n += 1);
+    }
 }
 
 /// Reads `configmap://NAME/KEY` sources from the operator namespace and everything else locally.
 pub struct KubeFetch {
     api: Api<ConfigMap>,
+    local: LocalFetch,
 }
 
 #[async_trait::async_trait]
 impl Fetch for KubeFetch {
     async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
         let Source::ConfigMap { name, key } = source else {
-            return LocalFetch.fetch(source).await;
+            return self.local.fetch(source).await;
         };
         let cm = self
             .api
@@ -91,12 +104,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             instance: Some(opts.identity.clone()),
         },
     );
+    let (reloads, reloads_rx) = tokio::sync::watch::channel(0);
     let ctx = Arc::new(Context {
-        client,
-        registry,
+        client: client.clone(),
+        registry: registry.clone(),
         recorder,
         namespace: opts.namespace.clone(),
         ready: AtomicBool::new(false),
+        reloads,
+        extra_ca_pem: opts.extra_ca_pem.clone(),
     });
 
     let listener = tokio::net::TcpListener::bind(opts.listen)
@@ -108,6 +124,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     tokio::select! {
         r = server => r.context("server failed")?,
         r = watch_registry(ctx.clone()) => r?,
+        r = crate::plugin_ready::run(client, registry, reloads_rx) => r?,
     }
     tracing::info!("wasmop stopped");
     Ok(())
@@ -147,7 +164,12 @@ async fn shutdown_signal() {
 /// Watches `wasmop-plugins` and applies every change to the registry.
 async fn watch_registry(ctx: Arc<Context>) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let fetch = KubeFetch { api: api.clone() };
+    let fetch = KubeFetch {
+        api: api.clone(),
+        local: LocalFetch {
+            extra_ca_pem: ctx.extra_ca_pem.clone(),
+        },
+    };
     let cfg =
         watcher::Config::default().fields(&format!("metadata.name={}", registry::CONFIGMAP_NAME));
     let mut events = watcher(api, cfg).boxed();
@@ -167,9 +189,24 @@ async fn watch_registry(ctx: Arc<Context>) -> anyhow::Result<()> {
                     registry::CONFIGMAP_NAME
                 );
                 tracing::warn!("{reason}");
-                let report = ctx.registry.apply_fallback(reason, &fetch).await;
+                let report = ctx.registry.apply_fallback(reason.clone(), &fetch).await;
                 log_report(&report);
-                ctx.ready.store(true, Ordering::Relaxed);
+                ctx.reloaded();
+                // No ConfigMap to attach the Event to: it goes on the operator's namespace.
+                let ns = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Namespace".into()),
+                    name: Some(ctx.namespace.clone()),
+                    ..ObjectReference::default()
+                };
+                publish(
+                    &ctx,
+                    &ns,
+                    EventType::Warning,
+                    "PluginsConfigMissing",
+                    reason,
+                )
+                .await;
             }
             Ok(watcher::Event::InitDone) => {}
             Ok(watcher::Event::Delete(cm)) => {
@@ -181,9 +218,10 @@ async fn watch_registry(ctx: Arc<Context>) -> anyhow::Result<()> {
                 tracing::warn!("{reason}");
                 let report = ctx.registry.apply_fallback(reason.clone(), &fetch).await;
                 log_report(&report);
+                ctx.reloaded();
                 publish(
                     &ctx,
-                    &cm,
+                    &cm.object_ref(&()),
                     EventType::Warning,
                     "PluginsConfigDeleted",
                     reason,
@@ -212,11 +250,25 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
             for (name, error) in &report.failed {
                 let note =
                     format!("plugin {name}: {error}; the last good version (if any) keeps serving");
-                publish(ctx, cm, EventType::Warning, "PluginLoadFailed", note).await;
+                publish(
+                    ctx,
+                    &cm.object_ref(&()),
+                    EventType::Warning,
+                    "PluginLoadFailed",
+                    note,
+                )
+                .await;
             }
             if !report.loaded.is_empty() {
                 let note = format!("loaded {}", report.loaded.join(", "));
-                publish(ctx, cm, EventType::Normal, "PluginsLoaded", note).await;
+                publish(
+                    ctx,
+                    &cm.object_ref(&()),
+                    EventType::Normal,
+                    "PluginsLoaded",
+                    note,
+                )
+                .await;
             }
         }
         Err(error) => {
@@ -228,10 +280,17 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
             tracing::warn!("{reason}");
             let report = ctx.registry.apply_fallback(reason.clone(), fetch).await;
             log_report(&report);
-            publish(ctx, cm, EventType::Warning, "PluginsConfigInvalid", reason).await;
+            publish(
+                ctx,
+                &cm.object_ref(&()),
+                EventType::Warning,
+                "PluginsConfigInvalid",
+                reason,
+            )
+            .await;
         }
     }
-    ctx.ready.store(true, Ordering::Relaxed);
+    ctx.reloaded();
 }
 
 fn log_report(report: &ReloadReport) {
@@ -247,8 +306,13 @@ fn log_report(report: &ReloadReport) {
     }
 }
 
-async fn publish(ctx: &Context, cm: &ConfigMap, type_: EventType, reason: &str, note: String) {
-    let reference: ObjectReference = cm.object_ref(&());
+async fn publish(
+    ctx: &Context,
+    reference: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.into(),
@@ -256,7 +320,7 @@ async fn publish(ctx: &Context, cm: &ConfigMap, type_: EventType, reason: &str, 
         action: "Reload".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+    if let Err(e) = ctx.recorder.publish(&event, reference).await {
         tracing::warn!("cannot record Event {reason}: {e}");
     }
 }

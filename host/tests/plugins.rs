@@ -228,7 +228,9 @@ async fn plugin_logs_are_capped() {
 async fn every_default_plugin_answers_through_the_host() {
     let rt = runtime();
     let registry = Registry::new(rt.clone());
-    let report = registry.apply(RegistryConfig::default(), &LocalFetch).await;
+    let report = registry
+        .apply(RegistryConfig::default(), &LocalFetch::default())
+        .await;
     assert!(report.failed.is_empty(), "{report:?}");
     assert_eq!(report.loaded.len(), 4);
 
@@ -354,5 +356,35 @@ async fn compiled_components_are_cached_by_digest() {
             .unwrap_err()
             .message
             .contains("sha256 mismatch")
+    );
+}
+
+#[tokio::test]
+async fn entries_of_one_component_share_one_pre_instance() {
+    let rt = runtime();
+    let b = builtin::find("routing-istio").unwrap();
+    let a = rt
+        .load(
+            &PluginSpec::new("a", Hook::Routing, "builtin://routing-istio"),
+            b.wasm,
+        )
+        .unwrap();
+    let mut with_settings = PluginSpec::new("b", Hook::Routing, "builtin://routing-istio");
+    with_settings.settings = Some(serde_json::json!({"responseHeader": "x-env"}));
+    let b2 = rt.load(&with_settings, b.wasm).unwrap();
+    assert!(a.shares_code_with(&b2), "same digest, same pre-instance");
+    let other = rt
+        .load(
+            &PluginSpec::new("c", Hook::Dr, "builtin://dr-lease"),
+            builtin::find("dr-lease").unwrap().wasm,
+        )
+        .unwrap();
+    assert!(!a.shares_code_with(&other));
+    let mut bad = PluginSpec::new("d", Hook::Routing, "builtin://routing-istio");
+    bad.settings = Some(serde_json::json!({"colour": "red"}));
+    let e = rt.load(&bad, b.wasm).unwrap_err();
+    assert!(
+        e.message.contains("settings rejected") && e.message.contains("colour"),
+        "{e}"
     );
 }

@@ -281,6 +281,8 @@ pub struct PluginRuntime {
     cache: CompileCache,
     permits: Arc<Semaphore>,
     stop: Arc<AtomicBool>,
+    /// One pre-instance per (digest, hook), shared by every entry using that component.
+    pres: std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
 }
 
 impl Drop for PluginRuntime {
@@ -356,12 +358,36 @@ impl PluginRuntime {
             cache,
             permits: Arc::new(Semaphore::new(opts.max_concurrent_calls.max(1))),
             stop,
+            pres: Default::default(),
         }))
     }
 
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The shared pre-instance of component `digest` for `hook`: reused while any plugin holds
+    /// it, otherwise compiled (or loaded from the cache) and checked against the hook's world.
+    fn pre_for(
+        &self,
+        digest: &str,
+        hook: Hook,
+        bytes: &[u8],
+    ) -> Result<(Arc<WorldPre>, Option<Origin>), String> {
+        let key = (digest.to_owned(), hook);
+        let mut pres = self.pres.lock().unwrap_or_else(|e| e.into_inner());
+        pres.retain(|_, weak| weak.strong_count() > 0);
+        if let Some(pre) = pres.get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok((pre, None));
+        }
+        let (component, origin) = self
+            .cache
+            .load(&self.engine, digest, bytes)
+            .map_err(|e| format!("not a valid component: {e:#}"))?;
+        let pre = Arc::new(WorldPre::new(&self.linker, &component, hook)?);
+        pres.insert(key, Arc::downgrade(&pre));
+        Ok((pre, Some(origin)))
     }
 
     /// Compiles (or loads from the cache) `bytes`, checks it targets `spec.hook`'s world, calls
@@ -389,11 +415,7 @@ impl PluginRuntime {
             )));
         }
         let started = Instant::now();
-        let (component, origin) = self
-            .cache
-            .load(&self.engine, &digest, bytes)
-            .map_err(|e| err(format!("not a valid component: {e:#}")))?;
-        let pre = WorldPre::new(&self.linker, &component, spec.hook).map_err(err)?;
+        let (pre, origin) = self.pre_for(&digest, spec.hook, bytes).map_err(err)?;
         let plugin = Arc::new(Plugin {
             runtime: self.clone(),
             spec: spec.clone(),
@@ -422,7 +444,7 @@ impl PluginRuntime {
             .map_err(|e| err(format!("settings rejected: {}", e.failure)))?;
         tracing::info!(
             plugin = %spec.name, hook = %spec.hook, digest = %plugin.digest, name = %info.name, version = %info.version,
-            origin = ?origin, elapsed_ms = started.elapsed().as_millis() as u64, "plugin loaded"
+            origin = origin.map_or("shared", |o| if o == Origin::Cached { "cache" } else { "compiled" }), elapsed_ms = started.elapsed().as_millis() as u64, "plugin loaded"
         );
         let mut plugin = Arc::into_inner(plugin).expect("no other reference during load");
         plugin.info = info;
@@ -588,7 +610,7 @@ pub struct Plugin {
     settings_json: String,
     digest: String,
     info: PluginInfo,
-    pre: WorldPre,
+    pre: Arc<WorldPre>,
 }
 
 impl fmt::Debug for Plugin {
@@ -610,6 +632,11 @@ impl Plugin {
     /// The sha256 of the component.
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// Whether `other` runs on the same compiled component and pre-instance as this plugin.
+    pub fn shares_code_with(&self, other: &Plugin) -> bool {
+        Arc::ptr_eq(&self.pre, &other.pre)
     }
 
     /// What the plugin's `info` returned: (name, version).

@@ -1,0 +1,118 @@
+//! `https://` plugin sources: downloaded over TLS from a loopback server whose certificate is
+//! signed by a test CA (trusted as an extra CA, as `wasmop run --extra-ca-file` does), verified
+//! by sha256, and refused when the server's certificate is not trusted.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
+use wasmop::plugins::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
+
+/// Serves `body` over TLS at 127.0.0.1 for `connections` connections; returns the port.
+async fn serve(config: Arc<rustls::ServerConfig>, body: Vec<u8>, connections: usize) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        for _ in 0..connections {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                continue;
+            };
+            let mut buf = vec![0u8; 8192];
+            let _ = tls.read(&mut buf).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = tls.write_all(head.as_bytes()).await;
+            let _ = tls.write_all(&body).await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn https_sources_are_downloaded_verified_and_loaded() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let cert = params
+        .signed_by(&key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+
+    let dir = std::env::temp_dir().join(format!("wasmop-https-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fetch = LocalFetch {
+        extra_ca_pem: Some(ca.pem().into_bytes()),
+    };
+
+    let server = Arc::new(
+        rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap(),
+    );
+    let wasm = builtin::find("dr-lease").unwrap().wasm.to_vec();
+    let port = serve(server.clone(), wasm.clone(), 2).await;
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir.join("cache")),
+        max_concurrent_calls: 1,
+    })
+    .unwrap();
+    let registry = Registry::new(runtime);
+
+    let good = format!(
+        "plugins:\n  - {{name: remote, hook: dr, source: 'https://localhost:{port}/dr.wasm', sha256: '{}'}}\n",
+        sha256_hex(&wasm)
+    );
+    let report = registry
+        .apply(RegistryConfig::parse(&good).unwrap(), &fetch)
+        .await;
+    assert_eq!(report.failed, vec![], "{report:?}");
+    assert!(registry.resolve(Hook::Dr, Some("remote")).is_ok());
+
+    // The same bytes under a wrong digest are refused before compiling.
+    let bad = good.replace(&sha256_hex(&wasm), &"1".repeat(64));
+    let report = registry
+        .apply(RegistryConfig::parse(&bad).unwrap(), &fetch)
+        .await;
+    assert!(report.failed[0].1.contains("sha256 mismatch"), "{report:?}");
+
+    // A server the CA did not sign is refused.
+    let rogue_key = rcgen::KeyPair::generate().unwrap();
+    let rogue = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&rogue_key)
+        .unwrap();
+    let rogue_server = Arc::new(
+        rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![rogue.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(rogue_key.serialize_der().into()),
+            )
+            .unwrap(),
+    );
+    let rogue_port = serve(rogue_server, wasm.clone(), 1).await;
+    let err = wasmop::plugins::registry::https_get(
+        &format!("https://localhost:{rogue_port}/dr.wasm"),
+        fetch.extra_ca_pem.as_deref(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("localhost"), "{err}");
+    assert!(
+        err.to_lowercase().contains("certificate"),
+        "an untrusted certificate is refused: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
