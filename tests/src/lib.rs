@@ -137,40 +137,158 @@ where
     }
 }
 
-/// Applies `crds/` (server-side, idempotent) and waits until every CRD is Established.
+/// Runs `kubectl ARGS`, panics with its stderr unless it succeeds, and returns its stdout.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl().args(args).output().expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The repository's `crds/` directory.
+pub const CRDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
+
+/// Applies `crds/` (server-side, idempotent), waits until every CRD is Established, and
+/// returns `kubectl apply`'s output.
 ///
 /// # Panics
 /// When kubectl fails or a CRD does not become Established within a minute.
-pub fn install_crds() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
-    let out = kubectl()
-        .args([
-            "apply",
-            "--server-side",
-            "--field-manager=wasmop-e2e",
-            "-f",
-            dir,
-        ])
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl apply -f crds/ failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = kubectl()
-        .args([
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "-f",
-            dir,
-        ])
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "CRDs not Established: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+pub fn install_crds() -> String {
+    let applied = kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=wasmop-e2e",
+        "-f",
+        CRDS_DIR,
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "-f",
+        CRDS_DIR,
+    ]);
+    applied
+}
+
+/// `GET http://{addr}{path}` over HTTP/1.0 on loopback: (status, body). `None` when the server
+/// does not answer (yet).
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let status = raw.split_whitespace().nth(1)?.parse().ok()?;
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// A free loopback port (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` naming `what`.
+/// For conditions that span several objects or a process's HTTP answers; single objects use
+/// [`wait_until`] (a watch).
+pub async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A child process killed on drop; its log is printed if the test is failing.
+pub struct Process {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `cmd` with stdout and stderr appended to `log`.
+    ///
+    /// # Panics
+    /// When the log cannot be created or the command cannot start.
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> Self {
+        let file = std::fs::File::create(&log).expect("create the process log");
+        cmd.stdout(file.try_clone().expect("clone log handle"))
+            .stderr(file);
+        let child = cmd.spawn().expect("start the process");
+        Self { child, log }
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "==== log of pid {} ({}) ====\n{}",
+                self.child.id(),
+                self.log.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A kubeconfig that authenticates as ServiceAccount `ns/sa` (deploy/dev/sa-kubeconfig.sh).
+///
+/// # Panics
+/// When the script fails.
+pub fn service_account_kubeconfig(ns: &str, sa: &str) -> PathBuf {
+    let out = dump_dir().join(format!("{ns}-{sa}-{}.kubeconfig", std::process::id()));
+    let _ = std::fs::create_dir_all(dump_dir());
+    let status = Command::new(repo_root().join("deploy/dev/sa-kubeconfig.sh"))
+        .args([ns, sa])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run sa-kubeconfig.sh");
+    assert!(status.success(), "sa-kubeconfig.sh {ns} {sa} failed");
+    out
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use wasmop_tests::{dump_dir, with_temp_ns};
+use wasmop_tests::{CRDS_DIR, dump_dir, install_crds, with_temp_ns};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -171,24 +171,8 @@ async fn istio_crd_schema_accepts_routes_and_rejects_invalid_ones() {
 
 #[tokio::test]
 async fn crds_apply_cleanly() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
-    let out = wasmop_tests::kubectl()
-        .args([
-            "apply",
-            "--server-side",
-            "--field-manager=wasmop-e2e",
-            "-f",
-            dir,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply -f crds/ failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let applied = String::from_utf8_lossy(&out.stdout);
-    let files = std::fs::read_dir(dir)
+    let applied = install_crds();
+    let files = std::fs::read_dir(CRDS_DIR)
         .unwrap()
         .filter(|e| {
             e.as_ref()

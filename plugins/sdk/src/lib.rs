@@ -3,7 +3,7 @@
 //! A Rust plugin depends on this crate, implements the world's `Guest` trait and exports it
 //! with the world's macro, e.g. for the `state-checker` world:
 //!
-//! ```ignore
+//! ```text
 //! use wasmop_plugin_sdk::state_checker::{self as w, Guest};
 //! struct Plugin;
 //! impl Guest for Plugin { /* info, validate_settings, check */ }

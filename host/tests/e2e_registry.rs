@@ -1,0 +1,246 @@
+//! E2E: the plugin registry is hot-reloaded while `wasmop run` runs under the RBAC of
+//! deploy/rbac: a good new version takes effect; a bad one leaves the last good version serving,
+//! with a Warning Event on the ConfigMap and `PluginReady=False` on the DynamicEnv using it.
+
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use wasmop::api::dynamicenv::DynamicEnv;
+use wasmop::plugins::sha256_hex;
+use wasmop_tests::{
+    Process, eventually, free_port, http_get, install_crds, kubectl_ok, repo_root,
+    service_account_kubeconfig, with_temp_ns,
+};
+
+const OPERATOR_NS: &str = "wasmop-system";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn component(file: &str) -> Vec<u8> {
+    std::fs::read(std::path::Path::new(env!("WASMOP_COMPONENTS_DIR")).join(file)).unwrap()
+}
+
+fn registry_doc(sha256: &str) -> String {
+    format!(
+        "plugins:\n  - name: custom-routing\n    hook: routing\n    source: configmap://wasmop-plugin-bin/router.wasm\n    sha256: \"{sha256}\"\ndefaults: {{routing: custom-routing}}\n"
+    )
+}
+
+async fn apply_cm(client: &Client, cm: ConfigMap) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let name = cm.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("wasmop-e2e").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+fn configmap(name: &str) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.into());
+    cm.metadata.namespace = Some(OPERATOR_NS.into());
+    cm
+}
+
+async fn set_component(client: &Client, bytes: &[u8]) {
+    let mut cm = configmap("wasmop-plugin-bin");
+    cm.binary_data = Some([("router.wasm".to_owned(), ByteString(bytes.to_vec()))].into());
+    apply_cm(client, cm).await;
+}
+
+async fn set_registry(client: &Client, doc: &str) {
+    let mut cm = configmap("wasmop-plugins");
+    cm.data = Some([("plugins.yaml".to_owned(), doc.to_owned())].into());
+    apply_cm(client, cm).await;
+}
+
+/// The `/plugins` entry of `name`.
+fn plugin_entry(addr: &str, name: &str) -> Option<Value> {
+    let (status, body) = http_get(addr, "/plugins")?;
+    if status != 200 {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&body).ok()?;
+    v["plugins"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+}
+
+fn plugin_ready(de: &DynamicEnv) -> Option<Condition> {
+    de.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PluginReady")
+        .cloned()
+}
+
+#[tokio::test]
+async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() {
+    install_crds();
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        repo_root()
+            .join("deploy/rbac/operator.yaml")
+            .to_str()
+            .unwrap(),
+    ]);
+    with_temp_ns("registry", |client: Client, ns: String| async move {
+        let router_v1 = component("routing_istio.wasm");
+        let router_v2 = component("wasmop_hostile_fixture.wasm");
+        let (d1, d2) = (sha256_hex(&router_v1), sha256_hex(&router_v2));
+        set_component(&client, &router_v1).await;
+        set_registry(&client, &registry_doc(&d1)).await;
+
+        let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
+        cmd.args(["run", "--namespace", OPERATOR_NS, "--listen", &addr, "--identity", &format!("e2e-{ns}")])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("WASMOP_CACHE_DIR", wasmop_tests::dump_dir().join(format!("cache-{ns}")));
+        let mut operator = Process::spawn(cmd, wasmop_tests::dump_dir().join(format!("{ns}-operator.log")));
+
+        let v1 = eventually("custom-routing v1 loaded", TIMEOUT, async || {
+            assert!(operator.alive(), "the operator exited:\n{}", operator.log());
+            plugin_entry(&addr, "custom-routing").filter(|p| p["ready"] == true)
+        })
+        .await;
+        assert_eq!(v1["servingDigest"], d1.as_str());
+
+        // A DynamicEnv using the plugin gets PluginReady=True.
+        let des: Api<DynamicEnv> = Api::namespaced(client.clone(), &ns);
+        let de: DynamicEnv = serde_json::from_value(json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "DynamicEnv", "metadata": {"name": "de"},
+            "spec": {"istioMatches": [{"headers": {"end-user": {"exact": "jason"}}}],
+                     "subsets": [{"name": "reviews", "namespace": ns, "containers": [{"containerName": "app"}]}],
+                     "plugin": "custom-routing"}
+        }))
+        .unwrap();
+        des.create(&PostParams::default(), &de).await.unwrap();
+        let ready = eventually("PluginReady=True on the DynamicEnv", TIMEOUT, async || {
+            plugin_ready(&des.get("de").await.ok()?).filter(|c| c.status == "True")
+        })
+        .await;
+        assert_eq!(ready.reason, "Loaded");
+
+        // A good new version takes effect without a restart.
+        let pid = operator.id();
+        set_component(&client, &router_v2).await;
+        set_registry(&client, &registry_doc(&d2)).await;
+        eventually("custom-routing v2 serving", TIMEOUT, async || {
+            plugin_entry(&addr, "custom-routing").filter(|p| p["ready"] == true && p["servingDigest"] == d2.as_str())
+        })
+        .await;
+        assert!(operator.alive() && operator.id() == pid, "no restart");
+
+        // A bad version (its sha256 does not match) leaves v2 serving, with an Event and a condition.
+        set_registry(&client, &registry_doc(&"0".repeat(64))).await;
+        let failed = eventually("custom-routing reports LoadFailed", TIMEOUT, async || {
+            plugin_entry(&addr, "custom-routing").filter(|p| p["reason"] == "LoadFailed")
+        })
+        .await;
+        assert_eq!(failed["ready"], false);
+        assert_eq!(failed["servingDigest"], d2.as_str(), "the last good version keeps serving");
+        assert!(failed["message"].as_str().unwrap().contains("sha256 mismatch"), "{failed}");
+
+        let events: Api<Event> = Api::namespaced(client.clone(), OPERATOR_NS);
+        let event = eventually("a PluginLoadFailed Warning Event on wasmop-plugins", TIMEOUT, async || {
+            let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("PluginLoadFailed") && e.message.as_deref().is_some_and(|m| m.contains("sha256 mismatch"))
+            })
+        })
+        .await;
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+        let cond = eventually("PluginReady=False on the DynamicEnv", TIMEOUT, async || {
+            plugin_ready(&des.get("de").await.ok()?).filter(|c| c.status == "False")
+        })
+        .await;
+        assert_eq!(cond.reason, "LoadFailed");
+        assert!(cond.message.contains("keeps serving"), "{}", cond.message);
+        assert!(operator.alive(), "a bad plugin never takes the operator down");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
+    install_crds();
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        repo_root()
+            .join("deploy/rbac/operator.yaml")
+            .to_str()
+            .unwrap(),
+    ]);
+    with_temp_ns("fallback", |client: Client, ns: String| async move {
+        // The operator's namespaced rules, bound in this namespace to the same ServiceAccount.
+        let rbac = format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: wasmop, namespace: {ns}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: wasmop-e2e-registry}}\n\
+             subjects: [{{kind: ServiceAccount, name: wasmop, namespace: {OPERATOR_NS}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: wasmop-e2e-registry}}\n\
+             rules: [{{apiGroups: [''], resources: [configmaps], verbs: [get, list, watch]}}]\n"
+        );
+        let file = wasmop_tests::dump_dir().join(format!("{ns}-rbac.yaml"));
+        std::fs::write(&file, rbac).unwrap();
+        kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
+
+        let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
+        cmd.args(["run", "--namespace", &ns, "--listen", &addr]).env("KUBECONFIG", &kubeconfig);
+        let mut operator = Process::spawn(cmd, wasmop_tests::dump_dir().join(format!("{ns}-operator.log")));
+
+        let config_error = |addr: &str| -> Option<(String, bool)> {
+            let (status, body) = http_get(addr, "/plugins")?;
+            let v: Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+            let builtins_ready = v["plugins"].as_array()?.iter().filter(|p| p["ready"] == true).count() == 4;
+            Some((v["configError"].as_str()?.to_owned(), builtins_ready))
+        };
+        let (missing, ready) = eventually("the missing ConfigMap reported", TIMEOUT, async || {
+            assert!(operator.alive(), "the operator exited:\n{}", operator.log());
+            config_error(&addr)
+        })
+        .await;
+        assert!(missing.contains("not found; using the builtin defaults"), "{missing}");
+        assert!(ready, "the four builtins serve");
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("a PluginsConfigMissing Event on the namespace", TIMEOUT, async || {
+            let list = events.list(&ListParams::default().fields(&format!("involvedObject.name={ns}"))).await.ok()?;
+            list.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginsConfigMissing"))
+        })
+        .await;
+
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("wasmop-plugins".into());
+        cm.data = Some([("plugins.yaml".to_owned(), "plugins: [{name: x, hook: nope}]".to_owned())].into());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+        let (invalid, ready) = eventually("the malformed ConfigMap reported", TIMEOUT, async || {
+            config_error(&addr).filter(|(e, _)| e.contains("is invalid"))
+        })
+        .await;
+        assert!(invalid.contains("hook"), "the error names the problem: {invalid}");
+        assert!(ready, "the builtins keep serving");
+        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+        eventually("a PluginsConfigInvalid Event on the ConfigMap", TIMEOUT, async || {
+            let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
+            list.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginsConfigInvalid"))
+        })
+        .await;
+    })
+    .await;
+}
