@@ -21,7 +21,11 @@ fn main() {
     for dir in ["plugins", "wit", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
-    let target_dir = root.join("target").join("plugins");
+    // Beside the outer build's artifacts (CARGO_TARGET_DIR when the caller set one).
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("plugins");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)

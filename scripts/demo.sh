@@ -9,6 +9,7 @@ step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 step "setup (idempotent)"
 ./scripts/setup.sh
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${WASMOP_CACHE:-$HOME/.cache/wasmop}/cargo-target}
 step "building wasmop"
 cargo build -p wasmop --locked
 step "starting the local control plane"
@@ -26,7 +27,7 @@ step "running the operator as system:serviceaccount:wasmop-system:wasmop"
 logs=$(./deploy/dev/cluster.sh logs)
 sa_kubeconfig=$(./deploy/dev/sa-kubeconfig.sh wasmop-system wasmop "$logs/wasmop-sa.kubeconfig")
 listen=127.0.0.1:18080
-KUBECONFIG=$sa_kubeconfig ./target/debug/wasmop run --namespace wasmop-system --listen "$listen" \
+KUBECONFIG=$sa_kubeconfig "$CARGO_TARGET_DIR/debug/wasmop" run --namespace wasmop-system --listen "$listen" \
   >"$logs/wasmop.log" 2>&1 &
 operator=$!
 trap 'kill $operator 2>/dev/null || true' EXIT

@@ -6,6 +6,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 "$root/scripts/setup.sh"
+# Build artifacts are kept with the other caches so a fresh clone reuses compiled dependencies.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${WASMOP_CACHE:-$HOME/.cache/wasmop}/cargo-target}
 
 step() { printf '\n==> %s\n' "$*"; }
 
