@@ -1,0 +1,944 @@
+//! Plugin host benchmark: what one policy decision costs through the WebAssembly host, and how
+//! long the operator takes to get its four default plugins ready.
+//!
+//! Everything goes through the public host API with the builtin components:
+//!
+//! 1. **Per-call latency.** Each default plugin is called the way the operator calls it:
+//!    `Plugin::route`, `evaluate`, `check` or `vote`, which acquires the runtime's semaphore,
+//!    runs on a blocking thread, builds a fresh `Store`, instantiates the component and calls it.
+//!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to
+//!    the same logic called natively (the plugin crates as Rust libraries, including the JSON
+//!    parsing and serialization the component does) and the ratio wasm/native. The blocking part
+//!    of a call is private to the host, so it is not timed alone; for scale, the table also
+//!    shows the semaphore + `spawn_blocking` round trip of a no-op.
+//!    `scaling-prometheus` needs HTTP to vote: its wasm figure is a call refused before any I/O
+//!    (no host granted), and its native figure is the pure part (settings, metadata, query URLs,
+//!    parsing two Prometheus responses, the vote). The two are not comparable.
+//! 2. **Compile cold vs load from cache.** `PluginRuntime::load` of each builtin with an empty
+//!    cache directory (compiles), then with the directory it populated in a new runtime
+//!    (deserializes). A load also pre-instantiates and calls `info` and `validate-settings`.
+//! 3. **Operator start to ready.** `PluginRuntime::new` + `Registry::new` +
+//!    `Registry::apply(RegistryConfig::default(), &LocalFetch::default())` with a cold and a
+//!    warm cache directory, a new runtime each time.
+//!
+//! Targets, printed as PASS/MISS (informational; the bench always exits 0): p99 under 100 µs
+//! per default-plugin call, ready under 500 ms with a warm cache. Sections 2 and 3 report the
+//! median of [`LOAD_ROUNDS`] rounds; section 3 judges its worst round.
+//!
+//! Run with `cargo bench -p wasmop --bench plugins` (a few seconds once built). Figures depend
+//! on the machine and on whatever else runs on it; the header prints the CPU count and load.
+//! Cache directories are created under the system temporary directory, named after the process
+//! id, and removed at the end.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::runtime::Runtime;
+use tokio::sync::Semaphore;
+use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
+use wasmop::plugins::{
+    DrState, Failure, HeaderMatch, Hook, IstioMatch, Label, LeaseAction, LeaseRecord,
+    PluginRuntime, PluginSpec, RestartRequest, RouteRequest, RuntimeOptions, StateRequest,
+    StringMatch, TriggerRequest, builtin,
+};
+
+/// Calls made before measuring each series.
+const WARMUP_CALLS: usize = 200;
+/// Calls measured per series.
+const MEASURED_CALLS: usize = 2_000;
+/// Rounds of each load measurement (sections 2 and 3).
+const LOAD_ROUNDS: usize = 3;
+/// Calls allowed at once, as on a 2-CPU operator pod.
+const MAX_CONCURRENT_CALLS: usize = 2;
+/// Target: p99 of one default-plugin call.
+const CALL_P99_TARGET: Duration = Duration::from_micros(100);
+/// Target: start to ready with a warm cache.
+const READY_WARM_TARGET: Duration = Duration::from_millis(500);
+
+/// Settings every default plugin gets when the registry names none.
+const NO_SETTINGS: &str = "{}";
+
+fn main() {
+    let root = TempRoot::new();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+
+    println!("wasmop plugin host benchmark");
+    println!(
+        "cpus: {}, load average at start: {}",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load_average().unwrap_or_else(|| "n/a".into()),
+    );
+    println!();
+
+    let calls = bench_calls(&rt, &root.path.join("calls"));
+    let loads = bench_loads(&root.path.join("loads"));
+    let ready = bench_ready(&rt, &root.path.join("ready"));
+
+    print_calls(&calls);
+    print_loads(&loads);
+    print_ready(&ready);
+    println!();
+    println!(
+        "load average at end: {}",
+        load_average().unwrap_or_else(|| "n/a".into())
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurement helpers
+
+/// Latencies of one series, sorted.
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn new(mut samples: Vec<Duration>) -> Self {
+        assert!(!samples.is_empty(), "a series needs samples");
+        samples.sort_unstable();
+        Self(samples)
+    }
+
+    /// Nearest-rank percentile, `p` in 0..=100.
+    fn percentile(&self, p: f64) -> Duration {
+        let n = self.0.len();
+        let rank = (p / 100.0 * n as f64).ceil() as usize;
+        self.0[rank.clamp(1, n) - 1]
+    }
+
+    fn p50(&self) -> Duration {
+        self.percentile(50.0)
+    }
+
+    fn p99(&self) -> Duration {
+        self.percentile(99.0)
+    }
+
+    fn max(&self) -> Duration {
+        self.0[self.0.len() - 1]
+    }
+}
+
+/// Times `call` on the current thread: warm-up, then one sample per call.
+fn time_native<T>(mut call: impl FnMut() -> T) -> Samples {
+    for _ in 0..WARMUP_CALLS {
+        black_box(call());
+    }
+    let mut samples = Vec::with_capacity(MEASURED_CALLS);
+    for _ in 0..MEASURED_CALLS {
+        let started = Instant::now();
+        let out = black_box(call());
+        samples.push(started.elapsed());
+        drop(out);
+    }
+    Samples::new(samples)
+}
+
+/// Times the futures `call` makes, awaited one after another; `check` sees every result.
+/// The future is created (and its request cloned) before the clock starts.
+async fn time_async<F, Fut, R>(mut call: F, check: impl Fn(R)) -> Samples
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+{
+    for _ in 0..WARMUP_CALLS {
+        check(call().await);
+    }
+    let mut samples = Vec::with_capacity(MEASURED_CALLS);
+    for _ in 0..MEASURED_CALLS {
+        let pending = call();
+        let started = Instant::now();
+        let result = pending.await;
+        samples.push(started.elapsed());
+        check(result);
+    }
+    Samples::new(samples)
+}
+
+/// Runs `fut` as a task on the runtime's workers, where the operator's reconcilers run.
+fn on_worker<F>(rt: &Runtime, fut: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    rt.block_on(rt.spawn(fut)).expect("benchmark task panicked")
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+/// The 1-minute load average, where the platform reports one.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next().map(str::to_owned)
+}
+
+/// A directory under the system temporary directory, removed on drop.
+struct TempRoot {
+    path: PathBuf,
+}
+
+impl TempRoot {
+    fn new() -> Self {
+        let path =
+            std::env::temp_dir().join(format!("wasmop-bench-plugins-{}", std::process::id()));
+        // Left over from an earlier run with the same pid.
+        let _ = std::fs::remove_dir_all(&path);
+        Self { path }
+    }
+}
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn runtime_with_cache(dir: &Path) -> Arc<PluginRuntime> {
+    PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir.to_path_buf()),
+        max_concurrent_calls: MAX_CONCURRENT_CALLS,
+    })
+    .expect("plugin runtime")
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Per-call latency
+
+/// One row of the per-call table.
+struct CallRow {
+    plugin: &'static str,
+    input: &'static str,
+    wasm: Samples,
+    native: Option<Samples>,
+    /// Whether wasm and native run the same logic (so the ratio and the target apply).
+    comparable: bool,
+}
+
+fn bench_calls(rt: &Runtime, cache_dir: &Path) -> Vec<CallRow> {
+    let registry = Registry::new(runtime_with_cache(cache_dir));
+    let report = rt.block_on(registry.apply(RegistryConfig::default(), &LocalFetch::default()));
+    assert!(report.failed.is_empty(), "builtins failed: {report:?}");
+    vec![
+        bench_routing(rt, &registry),
+        bench_restart(rt, &registry),
+        bench_dr(rt, &registry),
+        bench_scaling(rt, &registry),
+        bench_dispatch(rt),
+    ]
+}
+
+fn bench_routing(rt: &Runtime, registry: &Registry) -> CallRow {
+    let plugin = registry
+        .resolve(Hook::Routing, None)
+        .expect("routing-istio");
+    let native_req = routing_request();
+    let vs = virtual_service().to_string();
+    let request = RouteRequest {
+        dynamic_env: native_req.dynamic_env.clone(),
+        unique_name: native_req.unique_name.clone(),
+        subset: native_req.subset.clone(),
+        host: native_req.host.clone(),
+        namespace: native_req.namespace.clone(),
+        default_version: native_req.default_version.clone(),
+        matches: native_req.matches.iter().map(host_istio_match).collect(),
+        route_prefix: native_req.route_prefix.clone(),
+        virtual_service: vs.clone(),
+    };
+
+    let expected = route_native(NO_SETTINGS, &native_req, &vs);
+    let routes = serde_json::from_str::<Vec<Value>>(&expected).expect("routes");
+    assert_eq!(routes.len(), 24, "10 routes, 7 copied for 2 matches");
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || plugin.route(request.clone()),
+            |r| assert_eq!(r.expect("route").http, expected, "wasm and native agree"),
+        )
+        .await
+    });
+    let native = time_native(|| route_native(NO_SETTINGS, &native_req, &vs));
+    CallRow {
+        plugin: "routing-istio",
+        input: "VirtualService, 10 routes, 2 matches",
+        wasm,
+        native: Some(native),
+        comparable: true,
+    }
+}
+
+fn bench_restart(rt: &Runtime, registry: &Registry) -> CallRow {
+    let plugin = registry
+        .resolve(Hook::Restart, None)
+        .expect("restart-sidecar");
+    let request = RestartRequest {
+        policy: "shop/istio-1-27".into(),
+        desired: desired_proxy(PROXY_CURRENT).to_string(),
+        applied: desired_proxy(PROXY_OUTDATED).to_string(),
+        pods: Value::Array((0..PODS).map(pod).collect()).to_string(),
+    };
+
+    let expected = restart_sidecar::evaluate_request(
+        NO_SETTINGS,
+        &request.desired,
+        &request.applied,
+        &request.pods,
+    )
+    .expect("evaluate");
+    let restarts = expected.iter().filter(|d| d.restart).count();
+    assert!(
+        restarts > 0 && restarts < PODS,
+        "a mixed page: {restarts} of {PODS} restart"
+    );
+    let expected: Vec<(bool, String)> = expected
+        .into_iter()
+        .map(|d| (d.restart, d.reason))
+        .collect();
+    let req = request.clone();
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || plugin.evaluate(req.clone(), PODS),
+            |r| {
+                let got: Vec<(bool, String)> = r
+                    .expect("evaluate")
+                    .into_iter()
+                    .map(|d| (d.restart, d.reason))
+                    .collect();
+                assert_eq!(got, expected, "wasm and native agree");
+            },
+        )
+        .await
+    });
+    let native = time_native(|| {
+        restart_sidecar::evaluate_request(
+            NO_SETTINGS,
+            &request.desired,
+            &request.applied,
+            &request.pods,
+        )
+        .expect("evaluate")
+    });
+    CallRow {
+        plugin: "restart-sidecar",
+        input: "page of 30 pods, mixed sidecars",
+        wasm,
+        native: Some(native),
+        comparable: true,
+    }
+}
+
+fn bench_dr(rt: &Runtime, registry: &Registry) -> CallRow {
+    const NOW: i64 = 1_787_000_000_000;
+    let plugin = registry.resolve(Hook::Dr, None).expect("dr-lease");
+    let request = StateRequest {
+        identity: "wasmop-7c9d4-east".into(),
+        now: NOW,
+        lease: Some(LeaseRecord {
+            owner: "wasmop-5f2a8-west".into(),
+            updated_time: NOW - 5_000,
+            notes: String::new(),
+        }),
+        wait_time_seconds: 15,
+        failure_threshold: 3,
+        started_at: NOW - 3_600_000,
+        warmup_seconds: 30,
+    };
+    let lease = dr_lease::Lease {
+        owner: "wasmop-5f2a8-west".into(),
+        updated_time: NOW - 5_000,
+    };
+    let tick = dr_lease::Tick {
+        identity: "wasmop-7c9d4-east",
+        now: NOW,
+        lease: Some(&lease),
+        wait_time_seconds: 15,
+        failure_threshold: 3,
+        started_at: NOW - 3_600_000,
+        warmup_seconds: 30,
+    };
+
+    let expected = dr_lease::decide(&tick).expect("decide");
+    assert_eq!(
+        (expected.state, expected.action),
+        (dr_lease::State::Passive, dr_lease::Action::None),
+        "a held foreign lease keeps this instance passive"
+    );
+    let reason = expected.reason;
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || plugin.check(request.clone()),
+            |r| {
+                let d = r.expect("check");
+                assert_eq!(
+                    (d.state, d.action, d.reason.as_str()),
+                    (DrState::Passive, LeaseAction::None, reason.as_str()),
+                    "wasm and native agree"
+                );
+            },
+        )
+        .await
+    });
+    let native = time_native(|| dr_lease::decide(&tick).expect("decide"));
+    CallRow {
+        plugin: "dr-lease",
+        input: "foreign lease, held",
+        wasm,
+        native: Some(native),
+        comparable: true,
+    }
+}
+
+fn bench_scaling(rt: &Runtime, registry: &Registry) -> CallRow {
+    let plugin = registry
+        .resolve(Hook::Scaling, None)
+        .expect("scaling-prometheus");
+    let request = TriggerRequest {
+        elastic_service: "shop/reviews".into(),
+        trigger_type: scaling_prometheus::TRIGGER_TYPE.into(),
+        metadata: json!({
+            "query": "sum(rate(istio_requests_total{destination_service_name=\"reviews\",destination_service_namespace=\"shop\"}[5m]))",
+            "serverAddress": "http://prometheus.monitoring.svc:9090",
+            "threshold": "0.5",
+        })
+        .to_string(),
+        cooldown_seconds: 300,
+        now: 1_787_000_000,
+    };
+    let health_body = prometheus_body("1");
+    let value_body = prometheus_body("0.25");
+
+    let vote = scaling_native(&request, &health_body, &value_body);
+    assert_eq!(vote.vote, scaling_prometheus::Direction::Down, "0.25 < 0.5");
+    let req = request.clone();
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || plugin.vote(req.clone()),
+            |r| {
+                let e = r.expect_err("no host is granted");
+                assert!(matches!(e.failure, Failure::DeniedHost(_)), "{e}");
+            },
+        )
+        .await
+    });
+    let native = time_native(|| scaling_native(&request, &health_body, &value_body));
+    CallRow {
+        plugin: "scaling-prometheus",
+        input: "wasm: denied host; native: pure part",
+        wasm,
+        native: Some(native),
+        comparable: false,
+    }
+}
+
+/// The host's dispatch alone: the semaphore and a `spawn_blocking` round trip of a no-op.
+fn bench_dispatch(rt: &Runtime) -> CallRow {
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || {
+                let permits = permits.clone();
+                async move {
+                    let permit = permits.acquire_owned().await.expect("open semaphore");
+                    tokio::task::spawn_blocking(move || drop(permit))
+                        .await
+                        .expect("no-op task");
+                }
+            },
+            |()| {},
+        )
+        .await
+    });
+    CallRow {
+        plugin: "(reference)",
+        input: "semaphore + spawn_blocking, no-op",
+        wasm,
+        native: None,
+        comparable: false,
+    }
+}
+
+// Inputs ---------------------------------------------------------------------------------------
+
+/// A VirtualService of 10 routes: 7 reach `reviews` at the default version (with short and
+/// fully qualified host names, some weighted against a canary), 3 reach `ratings`.
+fn virtual_service() -> Value {
+    let http: Vec<Value> = (0..10)
+        .map(|i| {
+            let route = match i % 3 {
+                0 => json!([{
+                    "destination": {"host": "reviews", "subset": "shared", "port": {"number": 9080}}
+                }]),
+                1 => json!([
+                    {"destination": {"host": "reviews.shop.svc.cluster.local", "subset": "shared"}, "weight": 90},
+                    {"destination": {"host": "reviews.shop.svc.cluster.local", "subset": "canary"}, "weight": 10},
+                ]),
+                _ => json!([{"destination": {"host": "ratings", "subset": "shared"}}]),
+            };
+            let mut r = json!({
+                "name": format!("route-{i}"),
+                "route": route,
+                "timeout": "5s",
+                "retries": {"attempts": 3, "perTryTimeout": "2s", "retryOn": "5xx,reset,connect-failure"},
+                "headers": {"request": {"set": {"x-route": format!("route-{i}")}}},
+            });
+            // The last route is the catch-all.
+            if i < 9 {
+                r["match"] = json!([
+                    {"uri": {"prefix": format!("/api/v{i}/")}},
+                    {"uri": {"exact": format!("/legacy/{i}")}, "method": {"exact": "GET"}},
+                ]);
+            }
+            r
+        })
+        .collect();
+    json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "shop", "resourceVersion": "48213"},
+        "spec": {"hosts": ["reviews", "reviews.shop.svc.cluster.local"], "http": http},
+    })
+}
+
+fn routing_request() -> routing_istio::RouteRequest {
+    use routing_istio as r;
+    r::RouteRequest {
+        dynamic_env: "shop/feature-42".into(),
+        unique_name: "reviews-shop-feature-42".into(),
+        subset: "reviews-shop-feature-42".into(),
+        host: "reviews".into(),
+        namespace: "shop".into(),
+        default_version: "shared".into(),
+        matches: vec![
+            r::IstioMatch {
+                headers: vec![r::HeaderMatch {
+                    name: "end-user".into(),
+                    value: r::StringMatch::Exact("jason".into()),
+                }],
+                source_labels: vec![],
+            },
+            r::IstioMatch {
+                headers: vec![r::HeaderMatch {
+                    name: "x-feature".into(),
+                    value: r::StringMatch::Prefix("feature-42".into()),
+                }],
+                source_labels: vec![r::Label {
+                    key: "app".into(),
+                    value: "frontend".into(),
+                }],
+            },
+        ],
+        route_prefix: "dynamic-environment-shop-feature-42-reviews-".into(),
+    }
+}
+
+fn host_istio_match(m: &routing_istio::IstioMatch) -> IstioMatch {
+    IstioMatch {
+        headers: m
+            .headers
+            .iter()
+            .map(|h| HeaderMatch {
+                name: h.name.clone(),
+                value: match &h.value {
+                    routing_istio::StringMatch::Exact(v) => StringMatch::Exact(v.clone()),
+                    routing_istio::StringMatch::Prefix(v) => StringMatch::Prefix(v.clone()),
+                    routing_istio::StringMatch::Regex(v) => StringMatch::Regex(v.clone()),
+                },
+            })
+            .collect(),
+        source_labels: m
+            .source_labels
+            .iter()
+            .map(|l| Label {
+                key: l.key.clone(),
+                value: l.value.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// What the component's `route` does, natively: settings, VirtualService JSON, rewrite, JSON.
+fn route_native(settings: &str, req: &routing_istio::RouteRequest, vs: &str) -> String {
+    let settings = routing_istio::Settings::parse(settings).expect("settings");
+    let vs: Value = serde_json::from_str(vs).expect("VirtualService JSON");
+    let http = routing_istio::rewrite(req, &vs, &settings).expect("rewrite");
+    serde_json::to_string(&http).expect("routes JSON")
+}
+
+/// Pods per restart page.
+const PODS: usize = 30;
+const PROXY_CURRENT: &str = "docker.io/istio/proxyv2:1.27.1";
+const PROXY_OUTDATED: &str = "docker.io/istio/proxyv2:1.26.4";
+
+/// The ProxyRestartPolicy's desired (or applied) proxy state with `image`.
+fn desired_proxy(image: &str) -> Value {
+    json!({
+        "image": image,
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"cpu": "2", "memory": "1Gi"},
+        },
+        "cni": true,
+        "dnsProxying": true,
+        "statsMatcher": {"inclusionRegexps": [".*outlier_detection.*"]},
+        "prometheusMerge": true,
+        "statusPort": 15020,
+    })
+}
+
+/// Pod `i` of a page: every third has an outdated sidecar image, every seventh other proxy
+/// resources, every tenth (from the fifth) a custom proxy image; the rest are current.
+fn pod(i: usize) -> Value {
+    let image = if i.is_multiple_of(3) {
+        PROXY_OUTDATED
+    } else {
+        PROXY_CURRENT
+    };
+    let proxy_cpu = if i.is_multiple_of(7) { "200m" } else { "100m" };
+    let mut annotations = json!({
+        "sidecar.istio.io/status": r#"{"initContainers":["istio-validation"],"containers":["istio-proxy"],"volumes":["workload-socket","credential-socket","workload-certs","istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],"imagePullSecrets":null,"revision":"default"}"#,
+        "prometheus.io/path": "/stats/prometheus",
+        "prometheus.io/port": "15020",
+        "prometheus.io/scrape": "true",
+        "kubectl.kubernetes.io/default-container": "reviews",
+    });
+    if i % 10 == 5 {
+        annotations["sidecar.istio.io/proxyImage"] =
+            json!("registry.example.com/istio/proxyv2:1.27.1-fips");
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("reviews-7d9f8c6b5d-{i:05}"),
+            "namespace": "shop",
+            "uid": format!("5b0c3f7e-2a41-4c8e-9d6b-{i:012}"),
+            "creationTimestamp": "2026-08-01T10:00:00Z",
+            "labels": {
+                "app": "reviews",
+                "version": "shared",
+                "pod-template-hash": "7d9f8c6b5d",
+                "security.istio.io/tlsMode": "istio",
+                "service.istio.io/canonical-name": "reviews",
+            },
+            "annotations": annotations,
+            "ownerReferences": [{
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "reviews-7d9f8c6b5d",
+                "uid": "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "initContainers": [{
+                "name": "istio-validation",
+                "image": image,
+                "args": ["istio-iptables", "--run-validation", "--skip-rule-apply"],
+            }],
+            "containers": [
+                {
+                    "name": "reviews",
+                    "image": "shop/reviews:2.4.1",
+                    "ports": [{"containerPort": 9080, "protocol": "TCP"}],
+                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+                },
+                {
+                    "name": "istio-proxy",
+                    "image": image,
+                    "args": ["proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local"],
+                    "ports": [{"containerPort": 15090, "name": "http-envoy-prom", "protocol": "TCP"}],
+                    "resources": {
+                        "requests": {"cpu": proxy_cpu, "memory": "128Mi"},
+                        "limits": {"cpu": "2", "memory": "1Gi"},
+                    },
+                },
+            ],
+            "nodeName": format!("worker-{}", i % 4),
+            "serviceAccountName": "reviews",
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": format!("10.244.{}.{}", i % 4, 10 + i),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    })
+}
+
+/// A Prometheus instant-query response of one series with `value`.
+fn prometheus_body(value: &str) -> String {
+    json!({
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": {}, "value": [1_787_000_000.123, value]}],
+        },
+    })
+    .to_string()
+}
+
+/// The component's `vote` without its two HTTP requests: the responses are given.
+fn scaling_native(
+    r: &TriggerRequest,
+    health_body: &str,
+    value_body: &str,
+) -> scaling_prometheus::Vote {
+    use scaling_prometheus as s;
+    let settings = s::validate_settings(NO_SETTINGS).expect("settings");
+    s::check_trigger_type(&r.trigger_type).expect("trigger type");
+    let trigger = s::Trigger::parse(&r.metadata).expect("metadata");
+    let health_query = s::health_query(&trigger.uptime_filter, r.cooldown_seconds);
+    black_box((
+        settings.timeout_ms,
+        s::query_url(&trigger.server_address, &health_query),
+    ));
+    let health = s::parse_value(health_body).expect("health");
+    match s::health_vote(health) {
+        Some(vote) => vote,
+        None => {
+            black_box(s::query_url(&trigger.server_address, &trigger.query));
+            let value = s::parse_value(value_body).expect("value");
+            s::decide(health, value, trigger.threshold)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Compile cold vs load from cache
+
+/// Median load times of one builtin.
+struct LoadRow {
+    plugin: &'static str,
+    wasm_kib: usize,
+    cold: Duration,
+    warm: Duration,
+}
+
+fn bench_loads(root: &Path) -> Vec<LoadRow> {
+    builtin::BUILTINS
+        .iter()
+        .map(|b| {
+            let spec = PluginSpec::new(b.name, b.hook, &format!("builtin://{}", b.name));
+            let (mut cold, mut warm) = (Vec::new(), Vec::new());
+            for round in 0..LOAD_ROUNDS {
+                let dir = root.join(format!("{}-{round}", b.name));
+                cold.push(timed_load(&runtime_with_cache(&dir), &spec, b.wasm));
+                assert!(
+                    has_artifact(&dir),
+                    "{}: the cold load wrote no artifact",
+                    b.name
+                );
+                warm.push(timed_load(&runtime_with_cache(&dir), &spec, b.wasm));
+            }
+            LoadRow {
+                plugin: b.name,
+                wasm_kib: b.wasm.len().div_ceil(1024),
+                cold: median(cold),
+                warm: median(warm),
+            }
+        })
+        .collect()
+}
+
+fn timed_load(runtime: &Arc<PluginRuntime>, spec: &PluginSpec, wasm: &[u8]) -> Duration {
+    let started = Instant::now();
+    let plugin = runtime.load(spec, wasm).expect("builtin loads");
+    let elapsed = started.elapsed();
+    drop(plugin);
+    elapsed
+}
+
+fn has_artifact(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Operator start to ready
+
+/// Start-to-ready times per round.
+struct ReadyTimes {
+    cold: Vec<Duration>,
+    warm: Vec<Duration>,
+}
+
+fn bench_ready(rt: &Runtime, root: &Path) -> ReadyTimes {
+    let mut times = ReadyTimes {
+        cold: Vec::new(),
+        warm: Vec::new(),
+    };
+    for round in 0..LOAD_ROUNDS {
+        let dir = root.join(format!("round-{round}"));
+        times.cold.push(start_to_ready(rt, &dir));
+        times.warm.push(start_to_ready(rt, &dir));
+    }
+    times
+}
+
+/// What the operator does before its plugins serve: runtime, registry, the four builtins.
+fn start_to_ready(rt: &Runtime, cache_dir: &Path) -> Duration {
+    let cache_dir = cache_dir.to_path_buf();
+    on_worker(rt, async move {
+        let started = Instant::now();
+        let registry = Registry::new(runtime_with_cache(&cache_dir));
+        let report = registry
+            .apply(RegistryConfig::default(), &LocalFetch::default())
+            .await;
+        let elapsed = started.elapsed();
+        assert!(report.failed.is_empty(), "builtins failed: {report:?}");
+        assert_eq!(report.loaded.len(), builtin::BUILTINS.len());
+        elapsed
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+/// Microseconds with one decimal; nanoseconds below 1 µs.
+fn micros(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1.0 {
+        format!("{:.0} ns", us * 1e3)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn ratio(a: Duration, b: Duration) -> String {
+    let r = a.as_secs_f64() / b.as_secs_f64();
+    if r >= 10.0 {
+        format!("{r:.0}x")
+    } else {
+        format!("{r:.1}x")
+    }
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass { "PASS" } else { "MISS" }
+}
+
+fn print_calls(rows: &[CallRow]) {
+    println!(
+        "1. Per-call latency through the async API, fresh Store + instance per call \
+         ({MEASURED_CALLS} calls after {WARMUP_CALLS} warm-up)"
+    );
+    println!(
+        "{:<19} {:<37} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7}  p99 < {} µs",
+        "plugin",
+        "input",
+        "wasm p50",
+        "wasm p99",
+        "nat. p50",
+        "nat. p99",
+        "x p50",
+        "x p99",
+        CALL_P99_TARGET.as_micros(),
+    );
+    for row in rows {
+        let (native_p50, native_p99, ratio_p50, ratio_p99) = match (&row.native, row.comparable) {
+            (Some(n), true) => (
+                micros(n.p50()),
+                micros(n.p99()),
+                ratio(row.wasm.p50(), n.p50()),
+                ratio(row.wasm.p99(), n.p99()),
+            ),
+            (Some(n), false) => (micros(n.p50()), micros(n.p99()), "n/a".into(), "n/a".into()),
+            (None, _) => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let target = if row.comparable {
+            verdict(row.wasm.p99() < CALL_P99_TARGET)
+        } else {
+            "n/a"
+        };
+        println!(
+            "{:<19} {:<37} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7}  {}",
+            row.plugin,
+            row.input,
+            micros(row.wasm.p50()),
+            micros(row.wasm.p99()),
+            native_p50,
+            native_p99,
+            ratio_p50,
+            ratio_p99,
+            target,
+        );
+    }
+    let worst = rows
+        .iter()
+        .filter(|r| r.comparable)
+        .map(|r| r.wasm.max())
+        .max()
+        .unwrap_or_default();
+    println!(
+        "   x = wasm/native. Slowest single wasm call (first three rows): {}.",
+        micros(worst)
+    );
+    println!("   scaling-prometheus: the wasm call is refused at its first HTTP request (no host");
+    println!(
+        "   granted): neither a vote nor comparable; a real vote adds two Prometheus round trips."
+    );
+    println!("   (reference): the semaphore + spawn_blocking round trip every call pays; the");
+    println!("   blocking part of a call is private to the host and is not timed alone.");
+    println!();
+}
+
+fn print_loads(rows: &[LoadRow]) {
+    println!(
+        "2. PluginRuntime::load: compile (empty cache) vs deserialize (populated cache, \
+         new runtime), median of {LOAD_ROUNDS}"
+    );
+    println!(
+        "{:<19} {:>9} {:>12} {:>12} {:>12}",
+        "plugin", "wasm", "cold", "warm", "cold/warm"
+    );
+    for row in rows {
+        println!(
+            "{:<19} {:>5} KiB {:>12} {:>12} {:>12}",
+            row.plugin,
+            row.wasm_kib,
+            millis(row.cold),
+            millis(row.warm),
+            ratio(row.cold, row.warm),
+        );
+    }
+    println!("   A load includes pre-instantiation and the info and validate-settings calls.");
+    println!();
+}
+
+fn print_ready(times: &ReadyTimes) {
+    println!(
+        "3. Operator start to ready with the four default plugins, {LOAD_ROUNDS} rounds \
+         (PluginRuntime::new + Registry::new + apply)"
+    );
+    println!("{:<19} {:>12} {:>12}  target", "cache", "median", "worst");
+    let cold_worst = times.cold.iter().max().copied().unwrap_or_default();
+    let warm_worst = times.warm.iter().max().copied().unwrap_or_default();
+    println!(
+        "{:<19} {:>12} {:>12}  -",
+        "cold (compiles)",
+        millis(median(times.cold.clone())),
+        millis(cold_worst),
+    );
+    println!(
+        "{:<19} {:>12} {:>12}  < {} ms: {} (worst round)",
+        "warm (deserializes)",
+        millis(median(times.warm.clone())),
+        millis(warm_worst),
+        READY_WARM_TARGET.as_millis(),
+        verdict(warm_worst < READY_WARM_TARGET),
+    );
+}
