@@ -39,12 +39,15 @@ pub fn kubectl() -> Command {
     Command::new("kubectl")
 }
 
-/// Where failed tests' namespace dumps are written.
+/// Where failed tests' namespace dumps, process logs and generated files are written
+/// (`target/e2e-dumps`, created if absent).
 pub fn dump_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join("target")
-        .join("e2e-dumps")
+        .join("e2e-dumps");
+    std::fs::create_dir_all(&dir).expect("create target/e2e-dumps");
+    dir
 }
 
 fn unique_name(hint: &str) -> String {
@@ -79,9 +82,7 @@ pub fn dump_namespace(ns: &str) -> PathBuf {
         ),
         Err(e) => format!("cannot run kubectl: {e}"),
     };
-    let dir = dump_dir();
-    let _ = std::fs::create_dir_all(&dir);
-    let file = dir.join(format!("{ns}.yaml"));
+    let file = dump_dir().join(format!("{ns}.yaml"));
     let _ = std::fs::write(&file, &text);
     eprintln!(
         "==== objects in namespace {ns} (also in {}) ====\n{text}",
@@ -282,7 +283,6 @@ pub fn repo_root() -> PathBuf {
 /// When the script fails.
 pub fn service_account_kubeconfig(ns: &str, sa: &str) -> PathBuf {
     let out = dump_dir().join(format!("{ns}-{sa}-{}.kubeconfig", std::process::id()));
-    let _ = std::fs::create_dir_all(dump_dir());
     let status = Command::new(repo_root().join("deploy/dev/sa-kubeconfig.sh"))
         .args([ns, sa])
         .arg(&out)
