@@ -78,11 +78,13 @@ fn main() {
     );
     println!();
 
-    let calls = bench_calls(&rt, &root.path.join("calls"));
+    let calls = bench_calls(&rt, &root.path.join("calls"), false);
+    let pooled = bench_calls(&rt, &root.path.join("calls"), true);
     let loads = bench_loads(&root.path.join("loads"));
     let ready = bench_ready(&rt, &root.path.join("ready"));
 
-    print_calls(&calls);
+    print_calls(&calls, "on-demand instance allocation (the default)");
+    print_calls(&pooled, "pooling instance allocation (--pooling)");
     print_loads(&loads);
     print_ready(&ready);
     println!();
@@ -203,9 +205,14 @@ impl Drop for TempRoot {
 }
 
 fn runtime_with_cache(dir: &Path) -> Arc<PluginRuntime> {
+    runtime_with(dir, false)
+}
+
+fn runtime_with(dir: &Path, pooling: bool) -> Arc<PluginRuntime> {
     PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir.to_path_buf()),
         max_concurrent_calls: MAX_CONCURRENT_CALLS,
+        pooling,
     })
     .expect("plugin runtime")
 }
@@ -223,8 +230,8 @@ struct CallRow {
     comparable: bool,
 }
 
-fn bench_calls(rt: &Runtime, cache_dir: &Path) -> Vec<CallRow> {
-    let registry = Registry::new(runtime_with_cache(cache_dir));
+fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
+    let registry = Registry::new(runtime_with(cache_dir, pooling));
     let report = rt.block_on(registry.apply(RegistryConfig::default(), &LocalFetch::default()));
     assert!(report.failed.is_empty(), "builtins failed: {report:?}");
     vec![
@@ -831,9 +838,9 @@ fn verdict(pass: bool) -> &'static str {
     if pass { "PASS" } else { "MISS" }
 }
 
-fn print_calls(rows: &[CallRow]) {
+fn print_calls(rows: &[CallRow], allocation: &str) {
     println!(
-        "1. Per-call latency through the async API, fresh Store + instance per call \
+        "1. Per-call latency through the async API, fresh Store + instance per call, {allocation} \
          ({MEASURED_CALLS} calls after {WARMUP_CALLS} warm-up)"
     );
     println!(

@@ -41,6 +41,10 @@ pub enum Command {
         /// the system's roots.
         #[arg(long, env = "WASMOP_EXTRA_CA_FILE")]
         extra_ca_file: Option<PathBuf>,
+        /// Use wasmtime's pooling instance allocator (faster instantiation, virtual memory
+        /// reserved up front, plugin memory capped at 1 GiB).
+        #[arg(long, env = "WASMOP_POOLING")]
+        pooling: bool,
     },
     /// Run the scale-from-zero resolver.
     Resolver,
@@ -120,6 +124,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             listen,
             identity,
             extra_ca_file,
+            pooling,
         } => {
             let extra_ca_pem =
                 match extra_ca_file {
@@ -133,6 +138,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 listen,
                 identity,
                 extra_ca_pem,
+                pooling,
             })
             .await?;
             Ok(ExitCode::SUCCESS)

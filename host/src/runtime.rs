@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub identity: String,
     /// PEM certificates trusted for `https://` plugin sources besides the system's roots.
     pub extra_ca_pem: Option<Vec<u8>>,
+    /// Use the pooling instance allocator (see [`RuntimeOptions::pooling`]).
+    pub pooling: bool,
 }
 
 /// Shared state of the running operator.
@@ -95,7 +97,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("cannot connect to the Kubernetes API (is KUBECONFIG set?)")?;
-    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        pooling: opts.pooling,
+        ..RuntimeOptions::default()
+    })?;
     let registry = Registry::new(runtime);
     let recorder = Recorder::new(
         client.clone(),

@@ -66,6 +66,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     let runtime = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir.join("cache")),
         max_concurrent_calls: 1,
+        pooling: false,
     })
     .unwrap();
     let registry = Registry::new(runtime);

@@ -22,6 +22,7 @@ fn runtime() -> Arc<PluginRuntime> {
     PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir),
         max_concurrent_calls: 2,
+        pooling: false,
     })
     .unwrap()
 }
@@ -320,6 +321,7 @@ async fn compiled_components_are_cached_by_digest() {
     let rt = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir.clone()),
         max_concurrent_calls: 1,
+        pooling: false,
     })
     .unwrap();
     let b = builtin::find("dr-lease").unwrap();
@@ -387,4 +389,27 @@ async fn entries_of_one_component_share_one_pre_instance() {
         e.message.contains("settings rejected") && e.message.contains("colour"),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
+    let dir = std::env::temp_dir().join(format!("wasmop-pooling-{}", std::process::id()));
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir),
+        max_concurrent_calls: 2,
+        pooling: true,
+    })
+    .unwrap();
+    let p = hostile(&rt, |s| s.limits.memory_mib = 16);
+    p.route(request("ok", ""))
+        .await
+        .expect("a pooled instance answers");
+    let e = fails(&p, "oom", "").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+    let e = fails(&p, "loop", "").await;
+    assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
+    // More calls than pool slots, one after another: slots are returned after each call.
+    for _ in 0..50 {
+        p.route(request("ok", "")).await.unwrap();
+    }
 }

@@ -298,7 +298,15 @@ pub struct RuntimeOptions {
     pub cache_dir: Option<PathBuf>,
     /// Calls allowed to run at once (default: the number of CPUs).
     pub max_concurrent_calls: usize,
+    /// Use wasmtime's pooling instance allocator (pre-reserved slots, sized to the concurrency;
+    /// linear memory is then capped at [`POOLING_MAX_MEMORY`]). Off by default: it reserves
+    /// virtual memory up front, which small nodes may refuse; the runtime falls back to
+    /// on-demand allocation when the pool cannot be created.
+    pub pooling: bool,
 }
+
+/// Largest linear memory a plugin can have when [`RuntimeOptions::pooling`] is on.
+pub const POOLING_MAX_MEMORY: usize = 1 << 30;
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
@@ -307,6 +315,7 @@ impl Default for RuntimeOptions {
             max_concurrent_calls: std::thread::available_parallelism()
                 .map(usize::from)
                 .unwrap_or(2),
+            pooling: false,
         }
     }
 }
@@ -333,7 +342,23 @@ impl PluginRuntime {
             .wasm_component_model(true)
             .epoch_interruption(true)
             .max_wasm_stack(1 << 20);
-        let engine = Engine::new(&config)?;
+        let engine = if opts.pooling {
+            let slots = u32::try_from(opts.max_concurrent_calls.max(1) * 2 + 2).unwrap_or(u32::MAX);
+            let mut pool = wasmtime::PoolingAllocationConfig::default();
+            pool.total_component_instances(slots)
+                .total_core_instances(slots * 8)
+                .total_memories(slots * 4)
+                .total_tables(slots * 8)
+                .max_memory_size(POOLING_MAX_MEMORY);
+            let mut pooled = config.clone();
+            pooled.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+            Engine::new(&pooled).or_else(|e| {
+                tracing::warn!("pooling allocator unavailable, using on-demand allocation: {e:#}");
+                Engine::new(&config)
+            })?
+        } else {
+            Engine::new(&config)?
+        };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
