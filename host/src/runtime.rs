@@ -188,15 +188,6 @@ async fn watch_registry(ctx: Arc<Context>) -> anyhow::Result<()> {
             }
             Ok(watcher::Event::Apply(cm)) => apply_configmap(&ctx, &fetch, &cm).await,
             Ok(watcher::Event::InitDone) if !seen_in_init => {
-                let reason = format!(
-                    "ConfigMap {}/{} not found; using the builtin defaults",
-                    ctx.namespace,
-                    registry::CONFIGMAP_NAME
-                );
-                tracing::warn!("{reason}");
-                let report = ctx.registry.apply_fallback(reason.clone(), &fetch).await;
-                log_report(&report);
-                ctx.reloaded();
                 // No ConfigMap to attach the Event to: it goes on the operator's namespace.
                 let ns = ObjectReference {
                     api_version: Some("v1".into()),
@@ -204,32 +195,16 @@ async fn watch_registry(ctx: Arc<Context>) -> anyhow::Result<()> {
                     name: Some(ctx.namespace.clone()),
                     ..ObjectReference::default()
                 };
-                publish(
-                    &ctx,
-                    &ns,
-                    EventType::Warning,
-                    "PluginsConfigMissing",
-                    reason,
-                )
-                .await;
+                fall_back(&ctx, &fetch, "not found", &ns, "PluginsConfigMissing").await;
             }
             Ok(watcher::Event::InitDone) => {}
             Ok(watcher::Event::Delete(cm)) => {
-                let reason = format!(
-                    "ConfigMap {}/{} was deleted; using the builtin defaults",
-                    ctx.namespace,
-                    registry::CONFIGMAP_NAME
-                );
-                tracing::warn!("{reason}");
-                let report = ctx.registry.apply_fallback(reason.clone(), &fetch).await;
-                log_report(&report);
-                ctx.reloaded();
-                publish(
+                fall_back(
                     &ctx,
+                    &fetch,
+                    "was deleted",
                     &cm.object_ref(&()),
-                    EventType::Warning,
                     "PluginsConfigDeleted",
-                    reason,
                 )
                 .await;
             }
@@ -240,6 +215,7 @@ async fn watch_registry(ctx: Arc<Context>) -> anyhow::Result<()> {
 }
 
 async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
+    let reference = cm.object_ref(&());
     let doc = cm
         .data
         .as_ref()
@@ -248,54 +224,52 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
         None => Err(format!("key {} is missing", registry::CONFIGMAP_KEY)),
         Some(doc) => RegistryConfig::parse(doc),
     };
-    match parsed {
-        Ok(config) => {
-            let report = ctx.registry.apply(config, fetch).await;
-            log_report(&report);
-            for (name, error) in &report.failed {
-                let note =
-                    format!("plugin {name}: {error}; the last good version (if any) keeps serving");
-                publish(
-                    ctx,
-                    &cm.object_ref(&()),
-                    EventType::Warning,
-                    "PluginLoadFailed",
-                    note,
-                )
-                .await;
-            }
-            if !report.loaded.is_empty() {
-                let note = format!("loaded {}", report.loaded.join(", "));
-                publish(
-                    ctx,
-                    &cm.object_ref(&()),
-                    EventType::Normal,
-                    "PluginsLoaded",
-                    note,
-                )
-                .await;
-            }
-        }
+    let config = match parsed {
+        Ok(config) => config,
         Err(error) => {
-            let reason = format!(
-                "{}/{} is invalid: {error}; using the builtin defaults",
-                ctx.namespace,
-                registry::CONFIGMAP_NAME
-            );
-            tracing::warn!("{reason}");
-            let report = ctx.registry.apply_fallback(reason.clone(), fetch).await;
-            log_report(&report);
-            publish(
-                ctx,
-                &cm.object_ref(&()),
-                EventType::Warning,
-                "PluginsConfigInvalid",
-                reason,
-            )
-            .await;
+            let what = format!("is invalid: {error}");
+            return fall_back(ctx, fetch, &what, &reference, "PluginsConfigInvalid").await;
         }
-    }
+    };
+    let report = ctx.registry.apply(config, fetch).await;
+    log_report(&report);
     ctx.reloaded();
+    for (name, error) in &report.failed {
+        let note = format!("plugin {name}: {error}; the last good version (if any) keeps serving");
+        publish(
+            ctx,
+            &reference,
+            EventType::Warning,
+            "PluginLoadFailed",
+            note,
+        )
+        .await;
+    }
+    if !report.loaded.is_empty() {
+        let note = format!("loaded {}", report.loaded.join(", "));
+        publish(ctx, &reference, EventType::Normal, "PluginsLoaded", note).await;
+    }
+}
+
+/// Serves the builtin defaults because the registry ConfigMap `what` (e.g. "was deleted"), with
+/// a log line and a Warning Event `event_reason` on `reference`.
+async fn fall_back(
+    ctx: &Context,
+    fetch: &KubeFetch,
+    what: &str,
+    reference: &ObjectReference,
+    event_reason: &str,
+) {
+    let reason = format!(
+        "ConfigMap {}/{} {what}; using the builtin defaults",
+        ctx.namespace,
+        registry::CONFIGMAP_NAME
+    );
+    tracing::warn!("{reason}");
+    let report = ctx.registry.apply_fallback(reason.clone(), fetch).await;
+    log_report(&report);
+    ctx.reloaded();
+    publish(ctx, reference, EventType::Warning, event_reason, reason).await;
 }
 
 fn log_report(report: &ReloadReport) {

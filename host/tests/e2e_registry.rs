@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use wasmop::api::dynamicenv::DynamicEnv;
 use wasmop::plugins::sha256_hex;
 use wasmop_tests::{
-    Process, eventually, free_port, http_get, install_crds, kubectl_ok, repo_root,
+    Process, eventually, free_port, http_get, install_crds, install_operator_rbac, kubectl_ok,
     service_account_kubeconfig, with_temp_ns,
 };
 
@@ -87,14 +87,7 @@ fn plugin_ready(de: &DynamicEnv) -> Option<Condition> {
 #[tokio::test]
 async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() {
     install_crds();
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        repo_root()
-            .join("deploy/rbac/operator.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    install_operator_rbac();
     with_temp_ns("registry", |client: Client, ns: String| async move {
         let router_v1 = component("routing_istio.wasm");
         let router_v2 = component("wasmop_hostile_fixture.wasm");
@@ -177,14 +170,7 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
 #[tokio::test]
 async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
     install_crds();
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        repo_root()
-            .join("deploy/rbac/operator.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    install_operator_rbac();
     with_temp_ns("fallback", |client: Client, ns: String| async move {
         // The operator's namespaced rules, bound in this namespace to the same ServiceAccount.
         let rbac = format!(

@@ -272,6 +272,18 @@ impl Drop for Process {
     }
 }
 
+/// Applies the operator's RBAC from `deploy/rbac/operator.yaml` (idempotent).
+pub fn install_operator_rbac() {
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        repo_root()
+            .join("deploy/rbac/operator.yaml")
+            .to_str()
+            .expect("a UTF-8 path"),
+    ]);
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use wasmop_tests::{CRDS_DIR, dump_dir, install_crds, with_temp_ns};
+use wasmop_tests::{CRDS_DIR, dump_dir, eventually, install_crds, with_temp_ns};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -26,24 +26,6 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
         }
     }))
     .unwrap()
-}
-
-async fn wait_for<T, F>(what: &str, mut check: F) -> T
-where
-    F: AsyncFnMut() -> Option<T>,
-{
-    // Polls an aggregate condition (several objects); single objects use watches.
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {TIMEOUT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test]
@@ -65,7 +47,7 @@ async fn deployment_pods_become_ready_and_endpoints_are_published() {
             .unwrap();
 
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let ready = wait_for("2 Running and Ready pods", async || {
+        let ready = eventually("2 Running and Ready pods", TIMEOUT, async || {
             let list = pods
                 .list(&ListParams::default().labels("app=web"))
                 .await
@@ -92,8 +74,9 @@ async fn deployment_pods_become_ready_and_endpoints_are_published() {
         }));
 
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-        let endpoints = wait_for(
+        let endpoints = eventually(
             "2 ready endpoints in the Service's EndpointSlices",
+            TIMEOUT,
             async || {
                 let list = slices
                     .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
