@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::plugins::registry::{Fetch, LocalFetch, Source};
-use crate::plugins::{Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions, builtin};
+use crate::plugins::{Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions};
 
 /// Kubernetes operator whose policy decisions are made by sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -233,11 +233,6 @@ async fn load_for_cli(
                 .into_owned(),
         )
     };
-    if let Source::Builtin(n) = &source
-        && builtin::find(n).is_none()
-    {
-        bail!("unknown builtin {n}");
-    }
     let bytes = LocalFetch::default()
         .fetch(&source)
         .await

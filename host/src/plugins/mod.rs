@@ -441,7 +441,7 @@ impl PluginRuntime {
         }
         let started = Instant::now();
         let (pre, origin) = self.pre_for(&digest, spec.hook, bytes).map_err(err)?;
-        let plugin = Arc::new(Plugin {
+        let mut plugin = Plugin {
             runtime: self.clone(),
             spec: spec.clone(),
             settings_json: spec.settings_json(),
@@ -452,7 +452,7 @@ impl PluginRuntime {
                 hook: WitHook::Routing,
             },
             pre,
-        });
+        };
         let info = plugin
             .call_blocking(|store, pre| pre.info(store))
             .map_err(|e| err(format!("info() failed: {}", e.failure)))?;
@@ -471,7 +471,6 @@ impl PluginRuntime {
             plugin = %spec.name, hook = %spec.hook, digest = %plugin.digest, name = %info.name, version = %info.version,
             origin = origin.map_or("shared", |o| if o == Origin::Cached { "cache" } else { "compiled" }), elapsed_ms = started.elapsed().as_millis() as u64, "plugin loaded"
         );
-        let mut plugin = Arc::into_inner(plugin).expect("no other reference during load");
         plugin.info = info;
         Ok(Arc::new(plugin))
     }

@@ -291,13 +291,23 @@ pub struct PluginStatus {
 }
 
 /// One immutable view of the registry.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Snapshot {
     plugins: BTreeMap<String, Arc<Plugin>>,
     specs: BTreeMap<String, PluginSpec>,
     errors: BTreeMap<String, String>,
     defaults: BTreeMap<Hook, String>,
     config_error: Option<String>,
+}
+
+impl Snapshot {
+    /// The entry a resource of `hook` uses: `name` (its `spec.plugin`) if given, else the
+    /// hook's default, else the hook's builtin.
+    fn entry_name(&self, hook: Hook, name: Option<&str>) -> String {
+        name.map(str::to_owned)
+            .or_else(|| self.defaults.get(&hook).cloned())
+            .unwrap_or_else(|| builtin::for_hook(hook).name.to_owned())
+    }
 }
 
 /// What a reload did, for logs and the ConfigMap's Events.
@@ -366,10 +376,7 @@ impl Registry {
     /// [`ResolveError`] when the name is unknown, of another hook, or never loaded.
     pub fn resolve(&self, hook: Hook, name: Option<&str>) -> Result<Arc<Plugin>, ResolveError> {
         let snap = self.current.load();
-        let name = name
-            .map(str::to_owned)
-            .or_else(|| snap.defaults.get(&hook).cloned())
-            .unwrap_or_else(|| builtin::for_hook(hook).name.to_owned());
+        let name = snap.entry_name(hook, name);
         let Some(spec) = snap.specs.get(&name) else {
             return Err(ResolveError::NotFound(name));
         };
@@ -396,10 +403,7 @@ impl Registry {
     /// The readiness of the plugin a CR of `hook` naming `name` (or none) uses.
     pub fn status(&self, hook: Hook, name: Option<&str>) -> PluginStatus {
         let snap = self.current.load();
-        let name = name
-            .map(str::to_owned)
-            .or_else(|| snap.defaults.get(&hook).cloned())
-            .unwrap_or_else(|| builtin::for_hook(hook).name.to_owned());
+        let name = snap.entry_name(hook, name);
         status_of(&snap, &name)
     }
 
@@ -416,7 +420,7 @@ impl Registry {
     /// builtin defaults, keeping every loaded builtin.
     pub async fn apply_fallback(&self, reason: String, fetch: &dyn Fetch) -> ReloadReport {
         let report = self.apply(RegistryConfig::default(), fetch).await;
-        let mut snap = clone_snapshot(&self.current.load());
+        let mut snap = Snapshot::clone(&self.current.load());
         snap.config_error = Some(reason);
         self.current.store(Arc::new(snap));
         report
@@ -509,16 +513,6 @@ impl Registry {
                     message: format!("load task failed: {e}"),
                 })
             })
-    }
-}
-
-fn clone_snapshot(s: &Snapshot) -> Snapshot {
-    Snapshot {
-        plugins: s.plugins.clone(),
-        specs: s.specs.clone(),
-        errors: s.errors.clone(),
-        defaults: s.defaults.clone(),
-        config_error: s.config_error.clone(),
     }
 }
 
