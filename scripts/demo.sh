@@ -39,9 +39,15 @@ done
 curl -fsS "http://$listen/readyz"; echo
 step "plugin registry as the operator loaded it (GET /plugins)"
 curl -fsS "http://$listen/plugins" | python3 -m json.tool
-step "Events recorded on the wasmop-plugins ConfigMap"
-kubectl get events -n wasmop-system --field-selector involvedObject.name=wasmop-plugins \
-  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message
+
+# One script per feature, in name order; each works in namespaces of its own and prints what
+# it shows. They get the admin KUBECONFIG, the operator's address and the log folder.
+export WASMOP_ADDR=$listen WASMOP_LOGS=$logs WASMOP_BIN=$CARGO_TARGET_DIR/debug/wasmop
+for script in scripts/demo.d/*.sh; do
+  [ -e "$script" ] || continue
+  "$script"
+done
+
 step "operator log ($logs/wasmop.log)"
 tail -n 20 "$logs/wasmop.log"
 printf '\nThe control plane keeps running: export KUBECONFIG=%s; stop it with `make cluster-down`.\n' "$kubeconfig"

@@ -23,3 +23,10 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 # The local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl, kwok) built from Go modules, and Istio's CRDs.
 "$root/deploy/dev/install.sh"
+
+# Tools of single features (e.g. Prometheus for the scaling tests, moto for DynamoDB), one
+# idempotent script each, in name order. Each prints nothing when there is nothing to do.
+for script in "$root"/scripts/setup.d/*.sh; do
+  [ -e "$script" ] || continue
+  "$script"
+done

@@ -88,7 +88,16 @@ start() {
   pid_of "$name" >/dev/null && return
   log "starting $name"
   setsid "$BIN/$name" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
-  echo $! >"$PIDS/$name.pid"
+  local pid=$!
+  echo "$pid" >"$PIDS/$name.pid"
+  # Until the forked shell has exec'd the binary, its command line is not yet the binary's,
+  # and pid_of would take it for an exited component.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    pid_of "$name" >/dev/null && return
+    kill -0 "$pid" 2>/dev/null || return
+    sleep 0.02
+  done
 }
 
 # wait_gone NAME SECONDS: waits until component NAME has exited; fails on timeout.

@@ -1,6 +1,5 @@
 //! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan` and `plugin check|run`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,27 +26,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator.
-    Run {
-        /// Namespace of the `wasmop-plugins` ConfigMap and the operator's own objects.
-        #[arg(long, env = "WASMOP_NAMESPACE", default_value = "wasmop-system")]
-        namespace: String,
-        /// Address of the health, metrics and plugins server.
-        #[arg(long, env = "WASMOP_LISTEN", default_value = "0.0.0.0:8080")]
-        listen: SocketAddr,
-        /// This instance's identity (the pod name in a cluster).
-        #[arg(long, env = "POD_NAME", default_value = "wasmop")]
-        identity: String,
-        /// PEM file of CA certificates trusted for `https://` plugin sources, in addition to
-        /// the system's roots.
-        #[arg(long, env = "WASMOP_EXTRA_CA_FILE")]
-        extra_ca_file: Option<PathBuf>,
-        /// Use wasmtime's pooling instance allocator (faster instantiation, virtual memory
-        /// reserved up front, plugin memory capped at 1 GiB).
-        #[arg(long, env = "WASMOP_POOLING")]
-        pooling: bool,
-    },
+    Run(crate::runtime::RunOptions),
     /// Run the scale-from-zero resolver.
-    Resolver,
+    Resolver(crate::scaling::resolver::ResolverOptions),
     /// Print the CustomResourceDefinitions as YAML, or write one file each into `--out`.
     Crdgen {
         /// Directory to write `<plural>.yaml` files into (e.g. `crds`).
@@ -55,7 +36,7 @@ pub enum Command {
         out: Option<PathBuf>,
     },
     /// Plan offline: YAML files in, IR and planned objects out.
-    Plan,
+    Plan(crate::routing::PlanOptions),
     /// Tools for plugin authors.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -120,28 +101,8 @@ pub fn main() -> ExitCode {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Run {
-            namespace,
-            listen,
-            identity,
-            extra_ca_file,
-            pooling,
-        } => {
-            let extra_ca_pem =
-                match extra_ca_file {
-                    Some(path) => Some(std::fs::read(&path).with_context(|| {
-                        format!("cannot read --extra-ca-file {}", path.display())
-                    })?),
-                    None => None,
-                };
-            crate::runtime::run(crate::runtime::RunOptions {
-                namespace,
-                listen,
-                identity,
-                extra_ca_pem,
-                pooling,
-            })
-            .await?;
+        Command::Run(opts) => {
+            crate::runtime::run(opts).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Crdgen { out } => {
@@ -155,10 +116,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Resolver | Command::Plan => {
-            eprintln!("not yet implemented");
-            Ok(ExitCode::from(2))
-        }
+        Command::Resolver(opts) => crate::scaling::resolver::run(opts).await,
+        Command::Plan(opts) => crate::routing::plan_command(opts).await,
         Command::Plugin(PluginCommand::Check {
             file,
             hook,
@@ -277,4 +236,15 @@ async fn plugin_run(hook: Hook, plugin: &str, input: &Path, settings: &str) -> a
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

@@ -4,7 +4,10 @@
 
 pub mod api;
 pub mod cli;
+pub mod dr;
 pub mod metrics;
-pub mod plugin_ready;
 pub mod plugins;
+pub mod restart;
+pub mod routing;
 pub mod runtime;
+pub mod scaling;

@@ -5,6 +5,11 @@
 //! | `wasmop_plugin_calls_total` | counter | plugin, hook, outcome (`ok` or a failure label) |
 //! | `wasmop_plugin_call_duration_seconds` | histogram | plugin, hook |
 //! | `wasmop_plugin_reloads_total` | counter | plugin, result (`loaded`, `failed`) |
+//! | `wasmop_writes_total` | counter | verb, kind, outcome (`ok`, `passive`, `conflict`, `not_found`, `api`, `client`) |
+//! | `wasmop_reconcile_total` | counter | controller, outcome (`ok` or an error label) |
+//! | `wasmop_reconcile_duration_seconds` | histogram | controller |
+//!
+//! Controllers register metrics of their own with [`register`].
 
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
@@ -36,11 +41,32 @@ struct ReloadLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    verb: String,
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
 struct Metrics {
     registry: Mutex<Registry>,
     calls: Family<CallLabels, Counter>,
     durations: Family<PluginLabels, Histogram>,
     reloads: Family<ReloadLabels, Counter>,
+    writes: Family<WriteLabels, Counter>,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_durations: Family<ControllerLabels, Histogram>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -61,11 +87,34 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Plugin (re)loads by result",
         reloads.clone(),
     );
+    let writes = Family::<WriteLabels, Counter>::default();
+    registry.register(
+        "writes",
+        "Writes to the API server by verb, kind and outcome",
+        writes.clone(),
+    );
+    let reconciles = Family::<ReconcileLabels, Counter>::default();
+    registry.register(
+        "reconcile",
+        "Reconciles by controller and outcome",
+        reconciles.clone(),
+    );
+    let reconcile_durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+        Histogram::new(exponential_buckets(0.000_5, 4.0, 10))
+    });
+    registry.register(
+        "reconcile_duration_seconds",
+        "Reconcile wall time",
+        reconcile_durations.clone(),
+    );
     Metrics {
         registry: Mutex::new(registry),
         calls,
         durations,
         reloads,
+        writes,
+        reconciles,
+        reconcile_durations,
     }
 });
 
@@ -94,6 +143,43 @@ pub fn plugin_reload(plugin: &str, ok: bool) {
             result: if ok { "loaded" } else { "failed" }.into(),
         })
         .inc();
+}
+
+/// Records one write to the API server (see `runtime::gate::Writer`).
+pub fn write(verb: &str, kind: &str, outcome: &str) {
+    METRICS
+        .writes
+        .get_or_create(&WriteLabels {
+            verb: verb.into(),
+            kind: kind.into(),
+            outcome: outcome.into(),
+        })
+        .inc();
+}
+
+/// Records one reconcile of `controller`; `outcome` is `ok` or a stable error label.
+pub fn reconcile(controller: &str, elapsed: Duration, outcome: &str) {
+    let m = &*METRICS;
+    m.reconciles
+        .get_or_create(&ReconcileLabels {
+            controller: controller.into(),
+            outcome: outcome.into(),
+        })
+        .inc();
+    m.reconcile_durations
+        .get_or_create(&ControllerLabels {
+            controller: controller.into(),
+        })
+        .observe(elapsed.as_secs_f64());
+}
+
+/// Registers a metric of a controller under the `wasmop_` prefix (call once, at start).
+pub fn register(name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+    METRICS
+        .registry
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .register(name, help, metric);
 }
 
 /// The registered metrics in the Prometheus text format.

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use wasmop::api::dynamicenv::DynamicEnv;
 use wasmop::plugins::sha256_hex;
 use wasmop_tests::{
-    Process, eventually, free_port, http_get, install_crds, install_operator_rbac, kubectl_ok,
+    Process, eventually, free_port, http_get, install_crds, install_operator_rbac,
     service_account_kubeconfig, with_temp_ns,
 };
 
@@ -31,7 +31,8 @@ fn registry_doc(sha256: &str) -> String {
 }
 
 async fn apply_cm(client: &Client, cm: ConfigMap) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let ns = cm.metadata.namespace.clone().unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let name = cm.metadata.name.clone().unwrap();
     api.patch(
         &name,
@@ -42,21 +43,21 @@ async fn apply_cm(client: &Client, cm: ConfigMap) {
     .unwrap();
 }
 
-fn configmap(name: &str) -> ConfigMap {
+fn configmap(ns: &str, name: &str) -> ConfigMap {
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(name.into());
-    cm.metadata.namespace = Some(OPERATOR_NS.into());
+    cm.metadata.namespace = Some(ns.into());
     cm
 }
 
-async fn set_component(client: &Client, bytes: &[u8]) {
-    let mut cm = configmap("wasmop-plugin-bin");
+async fn set_component(client: &Client, ns: &str, bytes: &[u8]) {
+    let mut cm = configmap(ns, "wasmop-plugin-bin");
     cm.binary_data = Some([("router.wasm".to_owned(), ByteString(bytes.to_vec()))].into());
     apply_cm(client, cm).await;
 }
 
-async fn set_registry(client: &Client, doc: &str) {
-    let mut cm = configmap("wasmop-plugins");
+async fn set_registry(client: &Client, ns: &str, doc: &str) {
+    let mut cm = configmap(ns, "wasmop-plugins");
     cm.data = Some([("plugins.yaml".to_owned(), doc.to_owned())].into());
     apply_cm(client, cm).await;
 }
@@ -92,13 +93,14 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         let router_v1 = component("routing_istio.wasm");
         let router_v2 = component("wasmop_hostile_fixture.wasm");
         let (d1, d2) = (sha256_hex(&router_v1), sha256_hex(&router_v2));
-        set_component(&client, &router_v1).await;
-        set_registry(&client, &registry_doc(&d1)).await;
+        set_component(&client, &ns, &router_v1).await;
+        set_registry(&client, &ns, &registry_doc(&d1)).await;
 
+        wasmop_tests::bind_operator_namespace(&ns);
         let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
-        cmd.args(["run", "--namespace", OPERATOR_NS, "--listen", &addr, "--identity", &format!("e2e-{ns}")])
+        cmd.args(["run", "--namespace", &ns, "--watch-namespace", &ns, "--listen", &addr, "--identity", &format!("e2e-{ns}")])
             .env("KUBECONFIG", &kubeconfig)
             .env("WASMOP_CACHE_DIR", wasmop_tests::dump_dir().join(format!("cache-{ns}")));
         let mut operator = Process::spawn(cmd, wasmop_tests::dump_dir().join(format!("{ns}-operator.log")));
@@ -128,8 +130,8 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
 
         // A good new version takes effect without a restart.
         let pid = operator.id();
-        set_component(&client, &router_v2).await;
-        set_registry(&client, &registry_doc(&d2)).await;
+        set_component(&client, &ns, &router_v2).await;
+        set_registry(&client, &ns, &registry_doc(&d2)).await;
         eventually("custom-routing v2 serving", TIMEOUT, async || {
             plugin_entry(&addr, "custom-routing").filter(|p| p["ready"] == true && p["servingDigest"] == d2.as_str())
         })
@@ -137,7 +139,7 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         assert!(operator.alive() && operator.id() == pid, "no restart");
 
         // A bad version (its sha256 does not match) leaves v2 serving, with an Event and a condition.
-        set_registry(&client, &registry_doc(&"0".repeat(64))).await;
+        set_registry(&client, &ns, &registry_doc(&"0".repeat(64))).await;
         let failed = eventually("custom-routing reports LoadFailed", TIMEOUT, async || {
             plugin_entry(&addr, "custom-routing").filter(|p| p["reason"] == "LoadFailed")
         })
@@ -146,7 +148,7 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         assert_eq!(failed["servingDigest"], d2.as_str(), "the last good version keeps serving");
         assert!(failed["message"].as_str().unwrap().contains("sha256 mismatch"), "{failed}");
 
-        let events: Api<Event> = Api::namespaced(client.clone(), OPERATOR_NS);
+        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
         let event = eventually("a PluginLoadFailed Warning Event on wasmop-plugins", TIMEOUT, async || {
             let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
             list.items.into_iter().find(|e| {
@@ -172,28 +174,35 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
     install_crds();
     install_operator_rbac();
     with_temp_ns("fallback", |client: Client, ns: String| async move {
-        // The operator's namespaced rules, bound in this namespace to the same ServiceAccount.
-        let rbac = format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: wasmop, namespace: {ns}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: wasmop-e2e-registry}}\n\
-             subjects: [{{kind: ServiceAccount, name: wasmop, namespace: {OPERATOR_NS}}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: wasmop-e2e-registry}}\n\
-             rules: [{{apiGroups: [''], resources: [configmaps], verbs: [get, list, watch]}}]\n"
-        );
-        let file = wasmop_tests::dump_dir().join(format!("{ns}-rbac.yaml"));
-        std::fs::write(&file, rbac).unwrap();
-        kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
+        wasmop_tests::bind_operator_namespace(&ns);
 
         let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
-        cmd.args(["run", "--namespace", &ns, "--listen", &addr]).env("KUBECONFIG", &kubeconfig);
-        let mut operator = Process::spawn(cmd, wasmop_tests::dump_dir().join(format!("{ns}-operator.log")));
+        cmd.args([
+            "run",
+            "--namespace",
+            &ns,
+            "--watch-namespace",
+            &ns,
+            "--listen",
+            &addr,
+        ])
+        .env("KUBECONFIG", &kubeconfig);
+        let mut operator = Process::spawn(
+            cmd,
+            wasmop_tests::dump_dir().join(format!("{ns}-operator.log")),
+        );
 
         let config_error = |addr: &str| -> Option<(String, bool)> {
             let (status, body) = http_get(addr, "/plugins")?;
             let v: Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
-            let builtins_ready = v["plugins"].as_array()?.iter().filter(|p| p["ready"] == true).count() == 4;
+            let builtins_ready = v["plugins"]
+                .as_array()?
+                .iter()
+                .filter(|p| p["ready"] == true)
+                .count()
+                == 4;
             Some((v["configError"].as_str()?.to_owned(), builtins_ready))
         };
         let (missing, ready) = eventually("the missing ConfigMap reported", TIMEOUT, async || {
@@ -201,31 +210,62 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
             config_error(&addr)
         })
         .await;
-        assert!(missing.contains("not found; using the builtin defaults"), "{missing}");
+        assert!(
+            missing.contains("not found; using the builtin defaults"),
+            "{missing}"
+        );
         assert!(ready, "the four builtins serve");
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        eventually("a PluginsConfigMissing Event on the namespace", TIMEOUT, async || {
-            let list = events.list(&ListParams::default().fields(&format!("involvedObject.name={ns}"))).await.ok()?;
-            list.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginsConfigMissing"))
-        })
+        eventually(
+            "a PluginsConfigMissing Event on the namespace",
+            TIMEOUT,
+            async || {
+                let list = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={ns}")))
+                    .await
+                    .ok()?;
+                list.items
+                    .into_iter()
+                    .find(|e| e.reason.as_deref() == Some("PluginsConfigMissing"))
+            },
+        )
         .await;
 
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some("wasmop-plugins".into());
-        cm.data = Some([("plugins.yaml".to_owned(), "plugins: [{name: x, hook: nope}]".to_owned())].into());
+        cm.data = Some(
+            [(
+                "plugins.yaml".to_owned(),
+                "plugins: [{name: x, hook: nope}]".to_owned(),
+            )]
+            .into(),
+        );
         cms.create(&PostParams::default(), &cm).await.unwrap();
-        let (invalid, ready) = eventually("the malformed ConfigMap reported", TIMEOUT, async || {
-            config_error(&addr).filter(|(e, _)| e.contains("is invalid"))
-        })
-        .await;
-        assert!(invalid.contains("hook"), "the error names the problem: {invalid}");
+        let (invalid, ready) =
+            eventually("the malformed ConfigMap reported", TIMEOUT, async || {
+                config_error(&addr).filter(|(e, _)| e.contains("is invalid"))
+            })
+            .await;
+        assert!(
+            invalid.contains("hook"),
+            "the error names the problem: {invalid}"
+        );
         assert!(ready, "the builtins keep serving");
         let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-        eventually("a PluginsConfigInvalid Event on the ConfigMap", TIMEOUT, async || {
-            let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
-            list.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginsConfigInvalid"))
-        })
+        eventually(
+            "a PluginsConfigInvalid Event on the ConfigMap",
+            TIMEOUT,
+            async || {
+                let list = events
+                    .list(&ListParams::default().fields("involvedObject.name=wasmop-plugins"))
+                    .await
+                    .ok()?;
+                list.items
+                    .into_iter()
+                    .find(|e| e.reason.as_deref() == Some("PluginsConfigInvalid"))
+            },
+        )
         .await;
     })
     .await;

@@ -304,3 +304,107 @@ pub fn service_account_kubeconfig(ns: &str, sa: &str) -> PathBuf {
     assert!(status.success(), "sa-kubeconfig.sh {ns} {sa} failed");
     out
 }
+
+/// The operator's namespace-scoped rules (ClusterRole `wasmop-namespace` of deploy/rbac) bound
+/// in `ns` to ServiceAccount `wasmop-system/wasmop`, so an operator run with `--namespace ns`
+/// has there what it has in `wasmop-system` and nothing more.
+pub fn bind_operator_namespace(ns: &str) {
+    let yaml = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: wasmop, namespace: {ns}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: wasmop-namespace}}\n\
+         subjects: [{{kind: ServiceAccount, name: wasmop, namespace: wasmop-system}}]\n"
+    );
+    let file = dump_dir().join(format!("{ns}-rbac.yaml"));
+    std::fs::write(&file, yaml).expect("write the RoleBinding");
+    kubectl_ok(&["apply", "-f", file.to_str().expect("a UTF-8 path")]);
+}
+
+/// `wasmop run` started for one test, as ServiceAccount `wasmop-system/wasmop` (the RBAC of
+/// deploy/rbac), with `--namespace` and `--watch-namespace` set to the test's namespace, so
+/// that its registry ConfigMap, DR lease and Events stay there and tests running side by side
+/// never reconcile each other's objects. Killed on drop.
+pub struct Operator {
+    /// The process (its log is printed when the test fails).
+    pub process: Process,
+    /// `127.0.0.1:PORT` of its health, metrics and plugins server.
+    pub addr: String,
+    /// Its operator namespace.
+    pub namespace: String,
+}
+
+impl Operator {
+    /// Installs the CRDs and the operator RBAC, binds the namespace rules in `ns`, and starts
+    /// `bin` (`env!("CARGO_BIN_EXE_wasmop")`) with `extra_args` appended; returns once
+    /// `/readyz` answers 200.
+    ///
+    /// # Panics
+    /// When the operator exits or is not ready within 60 s.
+    pub async fn start(bin: &str, ns: &str, extra_args: &[&str]) -> Self {
+        Self::start_as(bin, ns, &format!("wasmop-{ns}"), extra_args).await
+    }
+
+    /// As [`Operator::start`] with identity `identity` (the DR lease holder name).
+    ///
+    /// # Panics
+    /// When the operator exits or is not ready within 60 s.
+    pub async fn start_as(bin: &str, ns: &str, identity: &str, extra_args: &[&str]) -> Self {
+        install_crds();
+        install_operator_rbac();
+        bind_operator_namespace(ns);
+        let kubeconfig = service_account_kubeconfig("wasmop-system", "wasmop");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "run",
+            "--namespace",
+            ns,
+            "--watch-namespace",
+            ns,
+            "--listen",
+            &addr,
+            "--identity",
+            identity,
+        ])
+        .args(extra_args)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("WASMOP_LOG", "info,wasmop=debug")
+        .env("WASMOP_CACHE_DIR", dump_dir().join("component-cache"));
+        let log = dump_dir().join(format!("{ns}-{identity}.log"));
+        let mut process = Process::spawn(cmd, log);
+        let ready_addr = addr.clone();
+        eventually(
+            "the operator to be ready",
+            Duration::from_secs(60),
+            async || {
+                assert!(process.alive(), "the operator exited:\n{}", process.log());
+                http_get(&ready_addr, "/readyz").filter(|(s, _)| *s == 200)
+            },
+        )
+        .await;
+        Self {
+            process,
+            addr,
+            namespace: ns.to_owned(),
+        }
+    }
+
+    /// `GET path` on its server: (status, body), `None` when it does not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(&self.addr, path)
+    }
+
+    /// Waits until this instance is active (writes allowed), as `/health/ready?checkifreadonly=true`
+    /// tells.
+    ///
+    /// # Panics
+    /// When it is not active within `timeout`.
+    pub async fn wait_active(&mut self, timeout: Duration) {
+        let addr = self.addr.clone();
+        let process = &mut self.process;
+        eventually("the operator to be active", timeout, async || {
+            assert!(process.alive(), "the operator exited:\n{}", process.log());
+            http_get(&addr, "/health/ready?checkifreadonly=true").filter(|(s, _)| *s == 200)
+        })
+        .await;
+    }
+}

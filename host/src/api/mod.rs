@@ -1,13 +1,20 @@
 //! Custom resource types of `wasmop.dev/v1alpha1`, printed by `wasmop crdgen` into `crds/`.
 
 pub mod dynamicenv;
+pub mod elasticservice;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
 /// Every CRD of wasmop, with the file name `crdgen` writes it to.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
-    vec![("dynamicenvs.yaml", dynamicenv::DynamicEnv::crd())]
+    vec![
+        ("dynamicenvs.yaml", dynamicenv::DynamicEnv::crd()),
+        (
+            "elasticservices.yaml",
+            elasticservice::ElasticService::crd(),
+        ),
+    ]
 }
 
 /// A CRD as the YAML committed in `crds/`.

@@ -1,0 +1,437 @@
+//! The write gate: the one place through which every write of the operator to the API server
+//! passes (objects, status, scale, finalizers, Events).
+//!
+//! While the DR state checker says this instance is passive, [`WriteGate::check`] refuses and
+//! every [`Writer`] method returns [`WriteError::Passive`] without sending anything, as
+//! Admiral's read-only mode (reference/dr.md §1 "Read-only gating"): watches, caches and plan
+//! computation go on, controllers requeue, and [`WriteGate::promotions`] lets them reconcile
+//! everything again once the instance becomes active.
+//!
+//! The DR loop's own lease writes are the only writes that bypass the gate.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::Stream;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::FIELD_MANAGER;
+
+/// Why a write was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This instance is passive; nothing was sent.
+    #[error("this instance is passive (DR): writes are refused until it is promoted")]
+    Passive,
+    /// The API server refused or failed the request.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+impl WriteError {
+    /// Whether the API server answered 409 Conflict (stale resourceVersion or field conflict).
+    pub fn is_conflict(&self) -> bool {
+        self.status_code() == Some(409)
+    }
+
+    /// Whether the API server answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        self.status_code() == Some(404)
+    }
+
+    /// The HTTP status of an API error, if this is one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            WriteError::Kube(kube::Error::Api(s)) => Some(s.code),
+            _ => None,
+        }
+    }
+
+    /// A stable label for metrics: `passive`, `conflict`, `not_found`, `api` or `client`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WriteError::Passive => "passive",
+            _ if self.is_conflict() => "conflict",
+            _ if self.is_not_found() => "not_found",
+            WriteError::Kube(kube::Error::Api(_)) => "api",
+            WriteError::Kube(_) => "client",
+        }
+    }
+}
+
+/// Active (writes allowed) or passive, with a channel that tells watchers of every change.
+#[derive(Debug)]
+pub struct WriteGate {
+    active: watch::Sender<bool>,
+}
+
+impl WriteGate {
+    /// A gate in the given state. The operator starts passive and the DR loop opens it.
+    pub fn new(active: bool) -> Arc<Self> {
+        Arc::new(Self {
+            active: watch::Sender::new(active),
+        })
+    }
+
+    /// Whether writes are allowed now.
+    pub fn is_active(&self) -> bool {
+        *self.active.borrow()
+    }
+
+    /// Sets the state; returns whether it changed.
+    pub fn set_active(&self, active: bool) -> bool {
+        self.active.send_if_modified(|current| {
+            let changed = *current != active;
+            *current = active;
+            changed
+        })
+    }
+
+    /// `Ok` when active.
+    ///
+    /// # Errors
+    /// [`WriteError::Passive`] when passive.
+    pub fn check(&self) -> Result<(), WriteError> {
+        if self.is_active() {
+            Ok(())
+        } else {
+            Err(WriteError::Passive)
+        }
+    }
+
+    /// A receiver of the state (true = active).
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.active.subscribe()
+    }
+
+    /// A stream that yields once each time the gate turns active (not for the current state),
+    /// for `Controller::reconcile_all_on`.
+    pub fn promotions(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let mut rx = self.subscribe();
+        rx.mark_unchanged();
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                rx.changed().await.ok()?;
+                if *rx.borrow_and_update() {
+                    return Some(((), rx));
+                }
+            }
+        })
+    }
+}
+
+/// Writes to the API server through the [`WriteGate`], with one field manager
+/// ([`FIELD_MANAGER`]) and a count of every write by verb, kind and outcome
+/// (`wasmop_writes_total`).
+#[derive(Clone)]
+pub struct Writer {
+    gate: Arc<WriteGate>,
+    recorder: Recorder,
+}
+
+impl Writer {
+    /// A writer whose Events are published by `recorder`.
+    pub fn new(gate: Arc<WriteGate>, recorder: Recorder) -> Self {
+        Self { gate, recorder }
+    }
+
+    /// The gate.
+    pub fn gate(&self) -> &Arc<WriteGate> {
+        &self.gate
+    }
+
+    /// `Ok` when writes are allowed; call it before helpers that write on their own, such as
+    /// `kube::runtime::finalizer`.
+    ///
+    /// # Errors
+    /// [`WriteError::Passive`] when passive.
+    pub fn check(&self) -> Result<(), WriteError> {
+        self.gate.check()
+    }
+
+    fn record<T>(
+        &self,
+        verb: &'static str,
+        kind: &str,
+        result: Result<T, kube::Error>,
+    ) -> Result<T, WriteError> {
+        let result = result.map_err(WriteError::Kube);
+        crate::metrics::write(
+            verb,
+            kind,
+            result.as_ref().err().map_or("ok", WriteError::label),
+        );
+        result
+    }
+
+    fn gated(&self, verb: &'static str, kind: &str) -> Result<(), WriteError> {
+        self.gate.check().inspect_err(|e| {
+            crate::metrics::write(verb, kind, e.label());
+        })
+    }
+
+    /// Server-side apply of `object` (a partial object with `apiVersion` and `kind`) as
+    /// [`FIELD_MANAGER`], forcing ownership of the fields it names.
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn apply<K, P>(&self, api: &Api<K>, name: &str, object: &P) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("apply", &kind)?;
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        self.record(
+            "apply",
+            &kind,
+            api.patch(name, &pp, &Patch::Apply(object)).await,
+        )
+    }
+
+    /// Server-side apply of the status subresource (`object` holds `apiVersion`, `kind` and
+    /// `status`) as [`FIELD_MANAGER`].
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn apply_status<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        object: &P,
+    ) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        self.apply_status_as(api, name, object, FIELD_MANAGER).await
+    }
+
+    /// As [`Writer::apply_status`] with another field manager, for status fields owned by a
+    /// different loop of the operator (e.g. `PluginReady`).
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn apply_status_as<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        object: &P,
+        field_manager: &str,
+    ) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("apply_status", &kind)?;
+        let pp = PatchParams::apply(field_manager).force();
+        self.record(
+            "apply_status",
+            &kind,
+            api.patch_status(name, &pp, &Patch::Apply(object)).await,
+        )
+    }
+
+    /// Any patch (merge, strategic, JSON) of the object.
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn patch<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Patch<P>,
+    ) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("patch", &kind)?;
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.record("patch", &kind, api.patch(name, &pp, patch).await)
+    }
+
+    /// Any patch of the status subresource.
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn patch_status<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Patch<P>,
+    ) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("patch_status", &kind)?;
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.record(
+            "patch_status",
+            &kind,
+            api.patch_status(name, &pp, patch).await,
+        )
+    }
+
+    /// A patch of the `scale` subresource (e.g. `{"spec":{"replicas":N}}` as a merge patch).
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn patch_scale<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Patch<P>,
+    ) -> Result<k8s_openapi::api::autoscaling::v1::Scale, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("patch_scale", &kind)?;
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.record(
+            "patch_scale",
+            &kind,
+            api.patch_scale(name, &pp, patch).await,
+        )
+    }
+
+    /// Creates `object`.
+    ///
+    /// # Errors
+    /// [`WriteError`]; 409 when it exists.
+    pub async fn create<K>(&self, api: &Api<K>, object: &K) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("create", &kind)?;
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        self.record("create", &kind, api.create(&pp, object).await)
+    }
+
+    /// Replaces `object` (an update carrying its `resourceVersion`, so a concurrent change
+    /// fails with 409 Conflict).
+    ///
+    /// # Errors
+    /// [`WriteError`].
+    pub async fn replace<K>(&self, api: &Api<K>, name: &str, object: &K) -> Result<K, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("replace", &kind)?;
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        self.record("replace", &kind, api.replace(name, &pp, object).await)
+    }
+
+    /// Deletes the object (background propagation); returns whether it existed.
+    ///
+    /// # Errors
+    /// [`WriteError`] other than Not Found.
+    pub async fn delete<K>(&self, api: &Api<K>, name: &str) -> Result<bool, WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        let kind = K::kind(&());
+        self.gated("delete", &kind)?;
+        match self.record(
+            "delete",
+            &kind,
+            api.delete(name, &DeleteParams::background()).await,
+        ) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Publishes an Event about `reference` (best effort: a passive instance or a failure
+    /// only logs). `action` is what the operator did (e.g. `Restart`), `reason` a
+    /// CamelCase code (e.g. `WorkloadRestarted`).
+    pub async fn event(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
+        let note = note.into();
+        if self.gated("event", "Event").is_err() {
+            tracing::debug!(reason, %note, "passive: Event not recorded");
+            return;
+        }
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        let result = self.recorder.publish(&event, reference).await;
+        if let Err(e) = &result {
+            tracing::warn!("cannot record Event {reason}: {e}");
+        }
+        let _ = self.record("event", "Event", result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn refuses_while_passive_and_announces_promotions() {
+        let gate = WriteGate::new(false);
+        assert!(matches!(gate.check(), Err(WriteError::Passive)));
+        let mut promotions = Box::pin(gate.promotions());
+        assert!(!gate.set_active(false), "no change");
+        assert!(gate.set_active(true));
+        assert!(gate.check().is_ok());
+        tokio::time::timeout(std::time::Duration::from_secs(1), promotions.next())
+            .await
+            .expect("a promotion is announced")
+            .expect("the stream lives");
+        assert!(gate.set_active(false));
+        assert!(gate.set_active(true));
+        tokio::time::timeout(std::time::Duration::from_secs(1), promotions.next())
+            .await
+            .expect("every promotion is announced")
+            .expect("the stream lives");
+        assert!(matches!(gate.check(), Ok(())));
+    }
+
+    #[test]
+    fn labels_are_stable() {
+        assert_eq!(WriteError::Passive.label(), "passive");
+    }
+}
