@@ -306,7 +306,7 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
         // Idle: all triggers vote down, the cooldown since creation passes, the target goes to 0.
         let es = wait_until(&es_api, "web", TIMEOUT, "mode proxy", is_mode("proxy")).await;
         assert_eq!(replicas(&client, &ns, "web").await, 0);
-        let status = es.status.unwrap();
+        let status = es.status.clone().unwrap();
         assert_eq!(status.private_service.as_deref(), Some(private_service_name("web").as_str()));
         let vote = &status.trigger_votes[0];
         assert_eq!((vote.vote.as_str(), vote.value), ("down", Some(0.0)), "{vote:?}");

@@ -695,6 +695,10 @@ fn error_policy(es: Arc<ElasticService>, e: &Error, _s: Arc<Scaling>) -> Action 
         tracing::debug!(elasticservice = %key(&es), "passive: requeued");
         return Action::requeue(RESYNC);
     }
+    if e.is_stale() {
+        tracing::debug!(elasticservice = %key(&es), "the cached copy was stale, retrying: {e}");
+        return Action::requeue(Duration::from_millis(200));
+    }
     tracing::warn!(elasticservice = %key(&es), "reconcile failed, retrying in 10s: {e}");
     Action::requeue(Duration::from_secs(10))
 }

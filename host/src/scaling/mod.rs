@@ -101,6 +101,21 @@ impl Error {
         }
     }
 
+    /// Whether the finalizer step raced a newer version of the object (its JSON patch test
+    /// failed with 422, or 409): the cache was stale and a retry soon converges.
+    pub fn is_stale(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Finalizer(e) => matches!(
+                e.as_ref(),
+                F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s))
+                    if s.code == 422 || s.code == 409
+            ),
+            Error::Write(e) => e.is_conflict(),
+            _ => false,
+        }
+    }
+
     /// Whether this is (or wraps) the passive gate's refusal.
     pub fn is_passive(&self) -> bool {
         self.metric_label() == "passive"
