@@ -162,7 +162,17 @@ impl Scaling {
         }
     }
 
-    async fn event(&self, es: &ElasticService, warning: bool, reason: &str, note: String) {
+    /// Records an Event. Events with the same reason and action fold into one series (kube's
+    /// recorder), so the action names the cause: a scale on demand and one by the triggers
+    /// stay apart.
+    async fn event(
+        &self,
+        es: &ElasticService,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let type_ = if warning {
             EventType::Warning
         } else {
@@ -171,7 +181,7 @@ impl Scaling {
         tracing::info!(elasticservice = %key(es), reason, "{note}");
         self.ctx
             .writer
-            .event(&es.object_ref(&()), type_, reason, "Scale", note)
+            .event(&es.object_ref(&()), type_, reason, action, note)
             .await;
     }
 
@@ -204,10 +214,16 @@ impl Scaling {
             .scales
             .get_or_create(&ScaleLabels::new("up", cause))
             .inc();
+        let action = if cause == "demand" {
+            "ScaleUpOnDemand"
+        } else {
+            "ScaleUpByTriggers"
+        };
         self.event(
             es,
             false,
             "ScaledUp",
+            action,
             format!("{why}: {target} scaled from {replicas} to {min} replicas"),
         )
         .await;
@@ -244,6 +260,7 @@ impl Scaling {
             es,
             false,
             "ScaledDown",
+            "ScaleDownByTriggers",
             format!("{why}: {target} scaled from {replicas} to 0 replicas"),
         )
         .await;
@@ -451,7 +468,7 @@ impl Scaling {
                 Mode::Proxy => "SwitchedToProxy",
                 Mode::Serve => "SwitchedToServe",
             };
-            self.event(es, false, reason, note).await;
+            self.event(es, false, reason, "SwitchMode", note).await;
         }
         self.remember(es, |m| m.mode = Some(mode));
         metrics()
@@ -493,6 +510,7 @@ impl Scaling {
                     es,
                     true,
                     "TriggerFailed",
+                    "EvaluateTriggers",
                     format!("trigger {n} ({}): {}", v.trigger_type, v.reason),
                 )
                 .await;
@@ -590,6 +608,7 @@ impl Scaling {
                             &es,
                             false,
                             "ScaleRestored",
+                            "RestoreOnDeletion",
                             format!(
                                 "ElasticService deleted: {target} restored from {replicas} to {min} replicas"
                             ),
