@@ -448,7 +448,7 @@ impl Scaling {
         }
         let previous = self
             .remember(es, |m| m.mode)
-            .or_else(|| match status.mode.as_deref() {
+            .or(match status.mode.as_deref() {
                 Some("serve") => Some(Mode::Serve),
                 Some("proxy") => Some(Mode::Proxy),
                 _ => None,

@@ -133,9 +133,9 @@ impl Target {
             Kind::Rollout => {
                 let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
                 if !served(client, &gvk).await {
-                    return Err(Error::Invalid(format!(
-                        "scaleTargetRef is an Argo Rollout, but the API argoproj.io/v1alpha1 Rollout is not installed in the cluster; install Argo Rollouts or point scaleTargetRef at a Deployment or StatefulSet"
-                    )));
+                    return Err(Error::Invalid(
+                        "scaleTargetRef is an Argo Rollout, but the API argoproj.io/v1alpha1 Rollout is not installed in the cluster; install Argo Rollouts or point scaleTargetRef at a Deployment or StatefulSet".into(),
+                    ));
                 }
                 self.api::<Rollout>(client).get_scale(&self.name).await
             }
@@ -223,9 +223,9 @@ pub async fn set_keda_paused(
     };
     let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
     if !served(client, &gvk).await {
-        return Err(Error::Invalid(format!(
-            "autoscaler is keda, but the API keda.sh/v1alpha1 ScaledObject is not installed in the cluster; install KEDA or remove spec.autoscaler"
-        )));
+        return Err(Error::Invalid(
+            "autoscaler is keda, but the API keda.sh/v1alpha1 ScaledObject is not installed in the cluster; install KEDA or remove spec.autoscaler".into(),
+        ));
     }
     let api: Api<ScaledObject> = Api::namespaced(client.clone(), namespace);
     let patch = if pause {
