@@ -458,7 +458,7 @@ async fn deletion_restores_replicas_and_removes_everything() {
         assert_eq!(replicas(&client, &ns, "web").await, 2, "restored to minTargetReplicas");
         let canary = rollouts.get("canary").await.unwrap();
         assert_eq!(canary.data["spec"]["replicas"], 1, "the Rollout is restored through /scale");
-        event_with(&client, &ns, "web", "ScaleRestored", "restored from 0 to 2 replicas").await;
+        event_with(&client, &ns, "web", "ScaleRestored", "ElasticService deleted: Deployment").await;
         let services: Api<Service> = Api::namespaced(client.clone(), &ns);
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         for name in ["web", "canary"] {

@@ -185,6 +185,42 @@ impl Scaling {
             .await;
     }
 
+    /// Pauses (`pause`) or resumes the ElasticService's KEDA ScaledObject, if it names one.
+    async fn keda(&self, es: &ElasticService, pause: bool) -> Result<(), Error> {
+        let ns = es.namespace().unwrap_or_default();
+        target::set_keda_paused(
+            &self.ctx.client,
+            &self.ctx.writer,
+            &ns,
+            es.spec.autoscaler.as_ref(),
+            pause,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Sets `target` from `from` to `to` replicas, counts it and records the Event of `cause`.
+    async fn scale(
+        &self,
+        es: &ElasticService,
+        target: &Target,
+        (from, to): (i32, i32),
+        cause: Cause,
+        why: &str,
+    ) -> Result<i32, Error> {
+        target
+            .set_replicas(&self.ctx.client, &self.ctx.writer, to)
+            .await?;
+        let (direction, label, reason, action) = cause.describe();
+        metrics()
+            .scales
+            .get_or_create(&ScaleLabels::new(direction, label))
+            .inc();
+        let note = format!("{why}: {target} scaled from {from} to {to} replicas");
+        self.event(es, false, reason, action, note).await;
+        Ok(to)
+    }
+
     /// Resumes KEDA and scales `target` to `minTargetReplicas` unless it has that many or more;
     /// returns the new desired replicas.
     async fn scale_up(
@@ -192,42 +228,15 @@ impl Scaling {
         es: &ElasticService,
         target: &Target,
         replicas: i32,
-        cause: &str,
+        cause: Cause,
         why: &str,
     ) -> Result<i32, Error> {
-        let ns = es.namespace().unwrap_or_default();
-        let client = &self.ctx.client;
-        target::set_keda_paused(
-            client,
-            &self.ctx.writer,
-            &ns,
-            es.spec.autoscaler.as_ref(),
-            false,
-        )
-        .await?;
+        self.keda(es, false).await?;
         let min = es.spec.min_target_replicas.max(1);
         if !target::needs_scale(replicas, min) {
             return Ok(replicas);
         }
-        target.set_replicas(client, &self.ctx.writer, min).await?;
-        metrics()
-            .scales
-            .get_or_create(&ScaleLabels::new("up", cause))
-            .inc();
-        let action = if cause == "demand" {
-            "ScaleUpOnDemand"
-        } else {
-            "ScaleUpByTriggers"
-        };
-        self.event(
-            es,
-            false,
-            "ScaledUp",
-            action,
-            format!("{why}: {target} scaled from {replicas} to {min} replicas"),
-        )
-        .await;
-        Ok(min)
+        self.scale(es, target, (replicas, min), cause, why).await
     }
 
     /// Pauses KEDA at zero and scales `target` to zero; returns the new desired replicas.
@@ -241,30 +250,9 @@ impl Scaling {
         if replicas == 0 {
             return Ok(0);
         }
-        let ns = es.namespace().unwrap_or_default();
-        let client = &self.ctx.client;
-        target::set_keda_paused(
-            client,
-            &self.ctx.writer,
-            &ns,
-            es.spec.autoscaler.as_ref(),
-            true,
-        )
-        .await?;
-        target.set_replicas(client, &self.ctx.writer, 0).await?;
-        metrics()
-            .scales
-            .get_or_create(&ScaleLabels::new("down", "triggers"))
-            .inc();
-        self.event(
-            es,
-            false,
-            "ScaledDown",
-            "ScaleDownByTriggers",
-            format!("{why}: {target} scaled from {replicas} to 0 replicas"),
-        )
-        .await;
-        Ok(0)
+        self.keda(es, true).await?;
+        self.scale(es, target, (replicas, 0), Cause::TriggersDown, why)
+            .await
     }
 
     /// Converges `es` (see the module docs).
@@ -338,7 +326,9 @@ impl Scaling {
             let handled = self.remember(es, |m| m.demand_handled) == Some(t);
             if newer && !handled {
                 let why = format!("request held by the resolver since {t:.0}");
-                replicas = self.scale_up(es, &target, replicas, "demand", &why).await?;
+                replicas = self
+                    .scale_up(es, &target, replicas, Cause::Demand, &why)
+                    .await?;
                 self.remember(es, |m| {
                     m.demand_handled = Some(t);
                     m.last_active = Some(now);
@@ -534,7 +524,7 @@ impl Scaling {
         match decision {
             Decision::Up(why) => {
                 replicas = self
-                    .scale_up(es, target, replicas, "triggers", &why)
+                    .scale_up(es, target, replicas, Cause::TriggersUp, &why)
                     .await?;
                 self.remember(es, |m| m.last_active = Some(now));
                 status.last_scaled_up_time = Some(Time(now));
@@ -587,33 +577,12 @@ impl Scaling {
         match Target::new(&es.spec.scale_target_ref, &ns) {
             Ok(target) => match target.replicas(client).await {
                 Ok(Some(replicas)) => {
-                    target::set_keda_paused(
-                        client,
-                        &self.ctx.writer,
-                        &ns,
-                        es.spec.autoscaler.as_ref(),
-                        false,
-                    )
-                    .await
-                    .map(drop)
-                    .or_else(ignore_invalid)?;
+                    self.keda(&es, false).await.or_else(ignore_invalid)?;
                     let min = es.spec.min_target_replicas.max(1);
                     if target::needs_scale(replicas, min) {
-                        target.set_replicas(client, &self.ctx.writer, min).await?;
-                        metrics()
-                            .scales
-                            .get_or_create(&ScaleLabels::new("up", "deletion"))
-                            .inc();
-                        self.event(
-                            &es,
-                            false,
-                            "ScaleRestored",
-                            "RestoreOnDeletion",
-                            format!(
-                                "ElasticService deleted: {target} restored from {replicas} to {min} replicas"
-                            ),
-                        )
-                        .await;
+                        let why = "ElasticService deleted";
+                        self.scale(&es, &target, (replicas, min), Cause::Deletion, why)
+                            .await?;
                     }
                 }
                 Ok(None) => {}
@@ -804,6 +773,32 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     tokio::select! {
         () = controller => anyhow::bail!("the ElasticService controller ended"),
         r = poller => r,
+    }
+}
+
+/// Why a workload is scaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// The resolver holds a request.
+    Demand,
+    /// The triggers (or the enabled window) want the service up.
+    TriggersUp,
+    /// Every trigger votes down and the cooldown is over.
+    TriggersDown,
+    /// The ElasticService is deleted.
+    Deletion,
+}
+
+impl Cause {
+    /// (direction, cause label, Event reason, Event action). Events with the same reason and
+    /// action fold into one series, so the action names the cause.
+    fn describe(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Cause::Demand => ("up", "demand", "ScaledUp", "ScaleUpOnDemand"),
+            Cause::TriggersUp => ("up", "triggers", "ScaledUp", "ScaleUpByTriggers"),
+            Cause::TriggersDown => ("down", "triggers", "ScaledDown", "ScaleDownByTriggers"),
+            Cause::Deletion => ("up", "deletion", "ScaleRestored", "RestoreOnDeletion"),
+        }
     }
 }
 
