@@ -874,3 +874,81 @@ pub(super) fn metrics() -> &'static Metrics {
     });
     &M
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::registry::Registry;
+    use crate::plugins::{PluginRuntime, RuntimeOptions};
+    use crate::runtime::RunOptions;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunOptions,
+    }
+
+    /// A context whose client points at a closed port: any request it sends fails.
+    fn unreachable_context() -> Arc<Context> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let runtime = PluginRuntime::new(RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+        })
+        .unwrap();
+        Context::new(
+            client,
+            Registry::new(runtime),
+            Cli::parse_from(["wasmop"]).run,
+        )
+        .unwrap()
+    }
+
+    fn demanded() -> Arc<ElasticService> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
+                "metadata": {"name": "web", "namespace": "shop", "uid": "u",
+                             "annotations": {DEMAND_ANNOTATION: "2026-01-01T00:00:00Z"}},
+                "spec": {"service": "web", "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_passive_instance_sends_nothing_and_requeues() {
+        let ctx = unreachable_context();
+        let scaling = Scaling::new(ctx.clone());
+        assert!(!ctx.gate().is_active(), "the operator starts passive");
+        let action = reconcile_inner(demanded(), &scaling).await.unwrap();
+        assert_eq!(action, Action::requeue(RESYNC));
+        assert!(
+            scaling.memory.lock().unwrap().is_empty(),
+            "the demand was not acted on"
+        );
+
+        // Once active, the same reconcile goes to the API server (here: fails to reach it).
+        ctx.gate().set_active(true);
+        let e = reconcile_inner(demanded(), &scaling).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::AddFinalizer(_))),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn invalid_demand_annotations_are_ignored() {
+        let mut es = (*demanded()).clone();
+        assert_eq!(demand(&es), Some("2026-01-01T00:00:00Z".parse().unwrap()));
+        es.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(DEMAND_ANNOTATION.into(), "yesterday".into());
+        assert_eq!(demand(&es), None);
+    }
+}
