@@ -395,6 +395,7 @@ impl Scaling {
         let mode = plan::mode(replicas, plan::public_ready(&public_slices));
         let slice_name = resolver_slice_name(&es.spec.service);
         let existing = public_slices.iter().find(|s| s.name_any() == slice_name);
+        let mut problem = None;
         match mode {
             Mode::Proxy => {
                 let pods: Api<Pod> = Api::namespaced(client.clone(), &self.resolver_namespace);
@@ -423,10 +424,10 @@ impl Scaling {
                     );
                 }
                 if wanted.endpoints.as_ref().is_none_or(Vec::is_empty) {
-                    return Err(Error::Invalid(format!(
+                    problem = Some(format!(
                         "no ready resolver pod matches {} in namespace {}: requests to Service {ns}/{} fail until one is ready",
                         self.opts.resolver_selector, self.resolver_namespace, es.spec.service
-                    )));
+                    ));
                 }
             }
             Mode::Serve => {
@@ -466,7 +467,10 @@ impl Scaling {
             .get_or_create(&EsLabels::of(es))
             .set(i64::from(mode == Mode::Proxy));
         status.mode = Some(mode.as_str().to_owned());
-        Ok(mode)
+        match problem {
+            Some(message) => Err(Error::Invalid(message)),
+            None => Ok(mode),
+        }
     }
 
     /// Applies the poller's votes: decide, scale, record.
