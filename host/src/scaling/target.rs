@@ -103,9 +103,28 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// Whether the API of `gvk` is served (discovery).
-async fn served(client: &Client, gvk: &GroupVersionKind) -> bool {
-    kube::discovery::pinned_kind(client, gvk).await.is_ok()
+/// Whether the API of `gvk` is served (discovery): `false` when the API server does not know
+/// the group, version or kind.
+///
+/// # Errors
+/// [`Error::Read`] when discovery itself fails (so an unreachable API server is not reported
+/// as a missing API).
+async fn served(client: &Client, gvk: &GroupVersionKind) -> Result<bool, Error> {
+    use kube::error::DiscoveryError as D;
+    match kube::discovery::pinned_kind(client, gvk).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(kube::Error::Discovery(
+            D::MissingKind(_) | D::MissingApiGroup(_) | D::MissingResource(_),
+        )) => Ok(false),
+        Err(e) => Err(Error::Read(
+            format!(
+                "the API discovery of {}/{} {}",
+                gvk.group, gvk.version, gvk.kind
+            ),
+            e,
+        )),
+    }
 }
 
 impl Target {
@@ -132,7 +151,7 @@ impl Target {
             Kind::StatefulSet => self.api::<StatefulSet>(client).get_scale(&self.name).await,
             Kind::Rollout => {
                 let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
-                if !served(client, &gvk).await {
+                if !served(client, &gvk).await? {
                     return Err(Error::Invalid(
                         "scaleTargetRef is an Argo Rollout, but the API argoproj.io/v1alpha1 Rollout is not installed in the cluster; install Argo Rollouts or point scaleTargetRef at a Deployment or StatefulSet".into(),
                     ));
@@ -222,7 +241,7 @@ pub async fn set_keda_paused(
         return Ok(false);
     };
     let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
-    if !served(client, &gvk).await {
+    if !served(client, &gvk).await? {
         return Err(Error::Invalid(
             "autoscaler is keda, but the API keda.sh/v1alpha1 ScaledObject is not installed in the cluster; install KEDA or remove spec.autoscaler".into(),
         ));
