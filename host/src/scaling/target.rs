@@ -306,6 +306,79 @@ mod tests {
         assert!(needs_scale(1, 2));
     }
 
+    /// A client whose API server answers every request with `status` and a Status body.
+    fn client_answering(status: u16) -> Client {
+        let body = format!(
+            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"answer {status}","reason":"NotFound","code":{status}}}"#
+        );
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            let body = body.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                        .unwrap(),
+                )
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn a_missing_rollout_or_keda_api_is_a_clear_error() {
+        let rollout = Target {
+            kind: Kind::Rollout,
+            namespace: "shop".into(),
+            name: "web".into(),
+        };
+        let e = rollout.replicas(&client_answering(404)).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Invalid(m) if m.starts_with("scaleTargetRef is an Argo Rollout, but the API argoproj.io/v1alpha1 Rollout is not installed")),
+            "{e}"
+        );
+        // An API server that fails is not taken for a missing API.
+        let e = rollout.replicas(&client_answering(500)).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Read(what, _) if what.contains("discovery")),
+            "{e}"
+        );
+
+        let client = client_answering(404);
+        let writer = Writer::new(
+            crate::runtime::gate::WriteGate::new(true),
+            kube::runtime::events::Recorder::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+        );
+        let keda = AutoscalerRef {
+            type_: "keda".into(),
+            name: "web".into(),
+        };
+        let e = set_keda_paused(&client, &writer, "shop", Some(&keda), true)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Invalid(m) if m.contains("keda.sh/v1alpha1 ScaledObject is not installed")),
+            "{e}"
+        );
+        let hpa = AutoscalerRef {
+            type_: "hpa".into(),
+            name: "web".into(),
+        };
+        assert!(
+            !set_keda_paused(&client, &writer, "shop", Some(&hpa), true)
+                .await
+                .unwrap(),
+            "nothing to do for an HPA"
+        );
+    }
+
     #[test]
     fn keda_annotations_as_upstream() {
         assert_eq!(
