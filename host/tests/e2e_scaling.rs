@@ -16,26 +16,14 @@ use serde_json::{Value, json};
 use wasmop::api::elasticservice::ElasticService;
 use wasmop::scaling::names::{private_service_name, resolver_slice_name};
 use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
-use wasmop_tests::{Operator, eventually, kubectl_ok, repo_root, wait_until, with_temp_ns};
+use wasmop_tests::{
+    Operator, create_in, deployment_replicas, eventually, kubectl_ok, repo_root, wait_until,
+    with_temp_ns,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(40);
 const RESOLVER_LABEL: &str = "app.kubernetes.io/name";
 const RESOLVER_NAME: &str = "wasmop-resolver";
-
-async fn create<K>(client: &Client, ns: &str, obj: Value) -> K
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    let obj: K = serde_json::from_value(obj).expect("a valid object");
-    api.create(&PostParams::default(), &obj)
-        .await
-        .expect("create the object")
-}
 
 fn pod_template(app: &str) -> Value {
     json!({
@@ -46,7 +34,7 @@ fn pod_template(app: &str) -> Value {
 
 /// A Deployment `name` with `replicas` pods labelled `app=name`.
 async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32) {
-    create::<Deployment>(
+    create_in::<Deployment>(
         client,
         ns,
         json!({"metadata": {"name": name},
@@ -58,7 +46,7 @@ async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32) {
 
 /// A Service `name` selecting `app=name` with two ports.
 async fn service(client: &Client, ns: &str, name: &str) {
-    create::<Service>(
+    create_in::<Service>(
         client,
         ns,
         json!({"metadata": {"name": name},
@@ -73,7 +61,7 @@ async fn service(client: &Client, ns: &str, name: &str) {
 async fn resolver_pods(client: &Client, ns: &str, replicas: i32) {
     let mut template = pod_template("fake-resolver");
     template["metadata"]["labels"][RESOLVER_LABEL] = RESOLVER_NAME.into();
-    create::<Deployment>(
+    create_in::<Deployment>(
         client,
         ns,
         json!({"metadata": {"name": "fake-resolver"},
@@ -92,16 +80,6 @@ async fn scale_deployment(client: &Client, ns: &str, name: &str, replicas: i32) 
     )
     .await
     .expect("scale");
-}
-
-async fn replicas(client: &Client, ns: &str, name: &str) -> i32 {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    api.get_scale(name)
-        .await
-        .expect("get the scale")
-        .spec
-        .and_then(|s| s.replicas)
-        .unwrap_or(0)
 }
 
 /// The IPs of the ready pods labelled `app=app`, sorted.
@@ -126,19 +104,6 @@ async fn ready_pod_ips(client: &Client, ns: &str, app: &str) -> Vec<String> {
     ips
 }
 
-/// The registry of the test: the default scaler, granted the test's Prometheus.
-async fn registry(client: &Client, ns: &str, prometheus: &str) {
-    let doc = format!(
-        "plugins:\n  - name: prometheus-test\n    hook: scaling\n    source: builtin://scaling-prometheus\n    limits: {{timeoutMs: 5000}}\n    grants: {{allowedHosts: [\"{prometheus}\"]}}\ndefaults: {{scaling: prometheus-test}}\n"
-    );
-    create::<ConfigMap>(
-        client,
-        ns,
-        json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": doc}}),
-    )
-    .await;
-}
-
 fn es_spec(service: &str, kind: &str, api_version: &str, target: &str) -> Value {
     json!({
         "service": service,
@@ -152,7 +117,7 @@ async fn elastic_service(
     name: &str,
     spec: Value,
 ) -> Api<ElasticService> {
-    create::<ElasticService>(
+    create_in::<ElasticService>(
         client,
         ns,
         json!({"apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
@@ -280,7 +245,7 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
         let exporter = Exporter::start();
         exporter.set_gauge("wasmop_test_load", 0.0);
         let prom = Prometheus::start(&exporter).await;
-        registry(&client, &ns, &prom.addr).await;
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": prom.registry()}})).await;
         resolver_pods(&client, &ns, 2).await;
         deployment(&client, &ns, "web", 1).await;
         service(&client, &ns, "web").await;
@@ -305,7 +270,7 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
 
         // Idle: all triggers vote down, the cooldown since creation passes, the target goes to 0.
         let es = wait_until(&es_api, "web", TIMEOUT, "mode proxy", is_mode("proxy")).await;
-        assert_eq!(replicas(&client, &ns, "web").await, 0);
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 0);
         let status = es.status.clone().unwrap();
         assert_eq!(status.private_service.as_deref(), Some(private_service_name("web").as_str()));
         let vote = &status.trigger_votes[0];
@@ -361,11 +326,11 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
         // Still idle: after the cooldown since that activity it goes to zero again; then the
         // load rises and the trigger alone brings it back.
         wait_until(&es_api, "web", TIMEOUT, "mode proxy again", is_mode("proxy")).await;
-        assert_eq!(replicas(&client, &ns, "web").await, 0);
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 0);
         exporter.set_gauge("wasmop_test_load", 5.0);
         event_with(&client, &ns, "web", "ScaledUp", "trigger 0 (prometheus) votes up: value 5").await;
         wait_until(&es_api, "web", TIMEOUT, "serving under load", is_mode("serve")).await;
-        assert_eq!(replicas(&client, &ns, "web").await, 1);
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 1);
     })
     .await;
 }
@@ -375,7 +340,7 @@ async fn resolver_pods_coming_and_going_rebuild_the_slices() {
     with_temp_ns("scaling-slices", |client: Client, ns: String| async move {
         resolver_pods(&client, &ns, 2).await;
         // A StatefulSet at zero: proxy mode at once, no trigger needed.
-        create::<StatefulSet>(
+        create_in::<StatefulSet>(
             &client,
             &ns,
             json!({"metadata": {"name": "db"},
@@ -455,7 +420,7 @@ async fn deletion_restores_replicas_and_removes_everything() {
             })
             .await;
         }
-        assert_eq!(replicas(&client, &ns, "web").await, 2, "restored to minTargetReplicas");
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 2, "restored to minTargetReplicas");
         let canary = rollouts.get("canary").await.unwrap();
         assert_eq!(canary.data["spec"]["replicas"], 1, "the Rollout is restored through /scale");
         event_with(&client, &ns, "web", "ScaleRestored", "ElasticService deleted: Deployment").await;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,29 +22,12 @@ use tokio::net::{TcpListener, TcpStream};
 use wasmop::api::elasticservice::ElasticService;
 use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
 use wasmop_tests::{
-    Operator, Process, dump_dir, eventually, free_port, http_get, kubectl_ok,
-    service_account_kubeconfig, wait_until, with_temp_ns,
+    Operator, Process, create_in, deployment_replicas, dump_dir, eventually, free_port, http_get,
+    kubectl_ok, service_account_kubeconfig, wait_until, with_temp_ns,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(40);
 const BURST: usize = 200;
-
-async fn create<K>(client: &Client, ns: &str, obj: Value)
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(obj).unwrap(),
-    )
-    .await
-    .expect("create the object");
-}
 
 /// The resolver's RBAC of the contract, as a Role of the test namespace bound to
 /// ServiceAccount `wasmop-resolver` there; returns a kubeconfig of that ServiceAccount.
@@ -166,27 +149,13 @@ fn is_mode(want: &'static str) -> impl Fn(Option<&ElasticService>) -> bool {
     move |es| es.and_then(|e| e.status.as_ref()?.mode.as_deref()) == Some(want)
 }
 
-async fn replicas(client: &Client, ns: &str) -> i32 {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    api.get_scale("web")
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.replicas)
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn a_request_at_zero_is_held_scales_the_service_up_and_is_answered() {
     with_temp_ns("scaling-flow", |client: Client, ns: String| async move {
         let exporter = Exporter::start();
         exporter.set_gauge("wasmop_test_load", 0.0);
         let prom = Prometheus::start(&exporter).await;
-        let doc = format!(
-            "plugins:\n  - name: prometheus-test\n    hook: scaling\n    source: builtin://scaling-prometheus\n    limits: {{timeoutMs: 5000}}\n    grants: {{allowedHosts: [\"{}\"]}}\ndefaults: {{scaling: prometheus-test}}\n",
-            prom.addr
-        );
-        create::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": doc}})).await;
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": prom.registry()}})).await;
         let template = |app: &str, extra: Value| {
             let mut labels = json!({"app": app});
             if let (Some(l), Some(e)) = (labels.as_object_mut(), extra.as_object()) {
@@ -194,18 +163,18 @@ async fn a_request_at_zero_is_held_scales_the_service_up_and_is_answered() {
             }
             json!({"metadata": {"labels": labels}, "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}})
         };
-        create::<Deployment>(&client, &ns, json!({"metadata": {"name": "fake-resolver"}, "spec": {"replicas": 1,
+        create_in::<Deployment>(&client, &ns, json!({"metadata": {"name": "fake-resolver"}, "spec": {"replicas": 1,
             "selector": {"matchLabels": {"app": "fake-resolver"}},
             "template": template("fake-resolver", json!({"app.kubernetes.io/name": "wasmop-resolver"}))}})).await;
-        create::<Deployment>(&client, &ns, json!({"metadata": {"name": "web"}, "spec": {"replicas": 1,
+        create_in::<Deployment>(&client, &ns, json!({"metadata": {"name": "web"}, "spec": {"replicas": 1,
             "selector": {"matchLabels": {"app": "web"}}, "template": template("web", json!({}))}})).await;
-        create::<Service>(&client, &ns, json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"},
+        create_in::<Service>(&client, &ns, json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"},
             "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})).await;
         let _backends = backends(client.clone(), ns.clone());
         let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
         let (_resolver, resolver_addr) = resolver(&ns).await;
 
-        create::<ElasticService>(&client, &ns, json!({"apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
+        create_in::<ElasticService>(&client, &ns, json!({"apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
             "metadata": {"name": "web"},
             "spec": {"service": "web", "cooldownPeriod": 3,
                      "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
@@ -215,7 +184,7 @@ async fn a_request_at_zero_is_held_scales_the_service_up_and_is_answered() {
 
         // Idle: to zero, proxy mode.
         wait_until(&es_api, "web", TIMEOUT, "mode proxy", is_mode("proxy")).await;
-        assert_eq!(replicas(&client, &ns).await, 0);
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 0);
 
         // One request at zero: held, scale-up on demand, answered by the new pod.
         let started = Instant::now();
@@ -225,7 +194,7 @@ async fn a_request_at_zero_is_held_scales_the_service_up_and_is_answered() {
         let cold_start = started.elapsed();
         assert_eq!(status, 200, "{body}");
         assert!(body.starts_with("hello from 10."), "{body}");
-        assert_eq!(replicas(&client, &ns).await, 1);
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 1);
         eprintln!("cold start through the resolver: {cold_start:?}");
         let es = wait_until(&es_api, "web", TIMEOUT, "mode serve", is_mode("serve")).await;
         assert!(es.status.unwrap().last_scaled_up_time.is_some());
@@ -250,7 +219,7 @@ async fn a_request_at_zero_is_held_scales_the_service_up_and_is_answered() {
             ok += 1;
         }
         assert_eq!(ok, BURST);
-        assert_eq!(replicas(&client, &ns).await, 1);
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 1);
     })
     .await;
 }

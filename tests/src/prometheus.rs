@@ -163,6 +163,15 @@ impl Prometheus {
         format!("http://{}", self.addr)
     }
 
+    /// A `plugins.yaml` registry whose default scaler, `prometheus-test`, is the builtin
+    /// `scaling-prometheus` granted this server's address, with 5 s per vote.
+    pub fn registry(&self) -> String {
+        format!(
+            "plugins:\n  - name: prometheus-test\n    hook: scaling\n    source: builtin://scaling-prometheus\n    limits: {{timeoutMs: 5000}}\n    grants: {{allowedHosts: [\"{}\"]}}\ndefaults: {{scaling: prometheus-test}}\n",
+            self.addr
+        )
+    }
+
     /// The value of an instant query, `None` when it has no single sample yet.
     pub fn query(&self, promql: &str) -> Option<f64> {
         let encoded: String = promql
