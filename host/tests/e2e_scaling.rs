@@ -323,6 +323,17 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
         assert!(!resumed.contains_key("autoscaling.keda.sh/paused-replicas"));
         event_with(&client, &ns, "web", "SwitchedToServe", "ready pods").await;
 
+        // A newer demand while the workload already wants its replicas scales nothing but is
+        // noted (and counts as activity).
+        let later = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(2);
+        es_api
+            .patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {
+                "wasmop.dev/demand": format!("{later:.0}")}}})))
+            .await
+            .unwrap();
+        event_with(&client, &ns, "web", "ScaledUp", "already wants 1 replicas").await;
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 1);
+
         // Still idle: after the cooldown since that activity it goes to zero again; then the
         // load rises and the trigger alone brings it back.
         wait_until(&es_api, "web", TIMEOUT, "mode proxy again", is_mode("proxy")).await;

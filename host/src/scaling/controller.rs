@@ -326,9 +326,18 @@ impl Scaling {
             let handled = self.remember(es, |m| m.demand_handled) == Some(t);
             if newer && !handled {
                 let why = format!("request held by the resolver since {t:.0}");
+                let before = replicas;
                 replicas = self
                     .scale_up(es, &target, replicas, Cause::Demand, &why)
                     .await?;
+                if replicas == before {
+                    // Already scaled up (its pods are not ready yet): the demand is still noted,
+                    // under an action of its own so it does not fold into the last scale-up.
+                    let (_, _, reason, _) = Cause::Demand.describe();
+                    let note = format!("{why}: {target} already wants {replicas} replicas");
+                    self.event(es, false, reason, "KeepReplicasOnDemand", note)
+                        .await;
+                }
                 self.remember(es, |m| {
                     m.demand_handled = Some(t);
                     m.last_active = Some(now);
