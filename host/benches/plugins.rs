@@ -707,14 +707,10 @@ fn scaling_native(
         s::query_url(&trigger.server_address, &health_query),
     ));
     let health = s::parse_value(health_body).expect("health");
-    match s::health_vote(health) {
-        Some(vote) => vote,
-        None => {
-            black_box(s::query_url(&trigger.server_address, &trigger.query));
-            let value = s::parse_value(value_body).expect("value");
-            s::decide(health, value, trigger.threshold)
-        }
-    }
+    s::check_health(health, &trigger.uptime_filter, r.cooldown_seconds).expect("healthy");
+    black_box(s::query_url(&trigger.server_address, &trigger.query));
+    let value = s::parse_value(value_body).expect("value");
+    s::decide(value, trigger.threshold)
 }
 
 // ---------------------------------------------------------------------------------------------

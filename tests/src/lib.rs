@@ -4,6 +4,8 @@
 //! Every test works in its own throwaway namespace ([`with_temp_ns`]); when a test fails, the
 //! namespace's objects are dumped to stderr and to `target/e2e-dumps/<namespace>.yaml`.
 
+pub mod prometheus;
+
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -444,4 +446,37 @@ impl Operator {
         })
         .await;
     }
+}
+
+/// Creates the namespaced object `obj` (JSON in the API shape, without namespace) in `ns`.
+///
+/// # Panics
+/// When `obj` is not a `K` or the API server refuses it.
+pub async fn create_in<K>(client: &Client, ns: &str, obj: serde_json::Value) -> K
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let obj: K = serde_json::from_value(obj).expect("a valid object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create the object")
+}
+
+/// The desired replicas (`/scale`) of Deployment `ns/name`.
+///
+/// # Panics
+/// When it cannot be read.
+pub async fn deployment_replicas(client: &Client, ns: &str, name: &str) -> i32 {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
+    api.get_scale(name)
+        .await
+        .expect("get the scale")
+        .spec
+        .and_then(|s| s.replicas)
+        .unwrap_or(0)
 }

@@ -24,14 +24,17 @@ pub const DEMAND_ANNOTATION: &str = "wasmop.dev/demand";
     status = "ElasticServiceStatus",
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".spec.service"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Last Scaled Up","type":"date","jsonPath":".status.lastScaledUpTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ElasticServiceSpec {
-    /// The workload that is scaled (through its `scale` subresource).
+    /// The workload that is scaled (through its `scale` subresource). Deleting the
+    /// ElasticService scales it back to `minTargetReplicas` if it is below.
     pub scale_target_ref: ScaleTargetRef,
-    /// Name of the public Service in front of the workload (same namespace).
+    /// Name of the public Service in front of the workload (same namespace). It must have a
+    /// selector; wasmop never modifies it.
     #[schemars(length(min = 1, max = 63))]
     pub service: String,
     /// Replicas when the service is up (default 1; upstream's omitted value meant 0).
@@ -43,7 +46,9 @@ pub struct ElasticServiceSpec {
     #[serde(default = "default_cooldown")]
     #[schemars(range(min = 0, max = 604800))]
     pub cooldown_period: i32,
-    /// The triggers; any "up" vote keeps the service up, all "down" votes let it go to zero.
+    /// The triggers, evaluated by the scaler plugin every poll interval; any "up" vote keeps
+    /// the service up, all "down" votes let it go to zero once the cooldown is over. Without
+    /// triggers the service never goes to zero by itself and is only woken on demand.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub triggers: Vec<ScaleTrigger>,
@@ -120,14 +125,20 @@ pub struct AutoscalerRef {
     pub name: String,
 }
 
-/// A daily window in which the service may go to zero.
+/// A window, opened by a cron schedule and lasting `duration`, in which the service may go to
+/// zero; outside it the service is kept up (as upstream: the latest start at or before now,
+/// plus the duration, must be later than now).
 #[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EnabledPeriod {
     /// Five-field cron expression (UTC) of the window's start (default `0 0 * * *`).
     #[serde(default = "default_schedule")]
+    #[schemars(extend("pattern" = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    #[schemars(length(max = 128))]
     pub schedule: String,
-    /// Length of the window, a Go duration such as `8h` or `90m` (default `24h`).
+    /// Length of the window, a Go duration such as `8h`, `90m` or `1h30m` (default `24h`).
     #[serde(default = "default_duration")]
+    #[schemars(extend("pattern" = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(length(max = 64))]
     pub duration: String,
 }
 
@@ -214,7 +225,8 @@ pub struct ProbeAnswer {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ElasticServiceStatus {
-    /// `serve` (traffic goes to the workload) or `proxy` (traffic goes to the resolver).
+    /// `serve` (traffic goes to the workload's ready pods) or `proxy` (traffic goes to the
+    /// resolver, which holds requests until the workload is ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// When the service was last scaled up or found active; the cooldown counts from here.
@@ -229,7 +241,8 @@ pub struct ElasticServiceStatus {
     /// The trigger votes of the last evaluation, in spec order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trigger_votes: Vec<TriggerVoteStatus>,
-    /// Conditions, e.g. `Ready` and `PluginReady`.
+    /// Conditions: `Ready` (the objects are in place for the mode; False with the reason
+    /// otherwise), `Triggers` (the last evaluation and its decision) and `PluginReady`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

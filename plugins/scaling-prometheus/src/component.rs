@@ -49,13 +49,9 @@ fn vote(settings: &str, r: &TriggerRequest) -> Result<TriggerVote, Error> {
 
     let health_query = crate::health_query(&trigger.uptime_filter, r.cooldown_seconds);
     let health = query(&trigger, &settings, &health_query, "metadata.uptimeFilter")?;
-    let vote = match crate::health_vote(health) {
-        Some(vote) => vote,
-        None => {
-            let value = query(&trigger, &settings, &trigger.query, "metadata.query")?;
-            crate::decide(health, value, trigger.threshold)
-        }
-    };
+    crate::check_health(health, &trigger.uptime_filter, r.cooldown_seconds)?;
+    let value = query(&trigger, &settings, &trigger.query, "metadata.query")?;
+    let vote = crate::decide(value, trigger.threshold);
     wasmop_plugin_sdk::log!(scaler, Debug, "{}: {}", r.elastic_service, vote.reason);
     Ok(TriggerVote {
         vote: match vote.vote {

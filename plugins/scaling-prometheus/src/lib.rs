@@ -4,12 +4,15 @@
 //! upstream poller does (reference/scaling.md §2, "Poller"):
 //!
 //! 1. The health query [`health_query`]: `min_over_time((max(up{<uptimeFilter>}) or vector(0))[<cooldown>s:])`.
-//!    Unless it equals exactly 1 (Prometheus itself was up for the whole cooldown), the plugin
-//!    votes **up** without running the trigger query. Upstream does not scale at all in this
-//!    case; voting up keeps the service where it is, or brings it back, instead of letting a
-//!    blind spot in the metrics scale it to zero.
+//!    Unless it equals exactly 1 (the scrape target selected by `uptimeFilter` was up for the
+//!    whole cooldown), the plugin returns an error naming `metadata.uptimeFilter` and does not
+//!    run the trigger query: the metrics cannot be trusted, so there is no vote. The host then
+//!    leaves the service where it is (upstream's "NoScale"); a blind spot in the metrics never
+//!    scales a service to zero, nor wakes every service at zero.
 //! 2. The trigger query (`metadata.query`), which must return exactly one finite value. A value
-//!    below `metadata.threshold` votes **down**, anything else votes **up**.
+//!    below `metadata.threshold` votes **down** (the service may go to zero), anything else
+//!    votes **up**. No series, several series, NaN and ±Inf are errors with a message that
+//!    says what to change.
 //!
 //! Trigger metadata (the trigger's `metadata` object):
 //!
@@ -587,7 +590,7 @@ pub fn transport_error(server: &str, e: &TransportError, timeout_ms: u64) -> Str
 /// Which way a trigger votes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
-    /// The service is in use (or its metrics cannot be trusted): keep it up.
+    /// The service is in use: keep it up (or bring it back).
     Up,
     /// The service is idle.
     Down,
@@ -604,26 +607,32 @@ pub struct Vote {
     pub reason: String,
 }
 
-/// The vote when the health query's result is not exactly 1: up, without running the trigger
-/// query. `None` when Prometheus is healthy.
-pub fn health_vote(health: f64) -> Option<Vote> {
-    // Exactly 1, as upstream compares it.
-    (health != 1.0).then(|| Vote {
-        vote: Direction::Up,
-        value: None,
-        reason: format!("Prometheus health check failed (up={health}); not scaling down"),
-    })
+/// Checks the health query's result: `Ok` when it is exactly 1 (as upstream compares it).
+///
+/// # Errors
+/// Any other value, as an error about `metadata.uptimeFilter` that says which scrape target
+/// (`up{<uptime_filter>}`) was not up for the whole window of `window_seconds`.
+pub fn check_health(health: f64, uptime_filter: &str, window_seconds: u32) -> Result<(), Error> {
+    if health == 1.0 {
+        return Ok(());
+    }
+    let window = if window_seconds == 0 {
+        DEFAULT_HEALTH_WINDOW_SECONDS
+    } else {
+        window_seconds
+    };
+    Err(Error::field(
+        "metadata.uptimeFilter",
+        format_args!(
+            "Prometheus health check failed: up{{{uptime_filter}}} was not 1 for the whole last \
+             {window}s (got {health}); no vote until the scrape target has been up for a full \
+             cooldown period"
+        ),
+    ))
 }
 
-/// The vote for a health result, a trigger value and a threshold: up when the health check
-/// failed (see [`health_vote`]), down when `value < threshold`, otherwise up.
-pub fn decide(health: f64, value: f64, threshold: f64) -> Vote {
-    if let Some(v) = health_vote(health) {
-        return Vote {
-            value: Some(value),
-            ..v
-        };
-    }
+/// The vote for a trigger value and its threshold: down when `value < threshold`, otherwise up.
+pub fn decide(value: f64, threshold: f64) -> Vote {
     if value < threshold {
         Vote {
             vote: Direction::Down,

@@ -332,7 +332,7 @@ fn value_errors() {
 
 #[test]
 fn decisions() {
-    let down = decide(1.0, 0.2, 0.5);
+    let down = decide(0.2, 0.5);
     assert_eq!(
         down,
         Vote {
@@ -341,7 +341,7 @@ fn decisions() {
             reason: "value 0.2 below threshold 0.5".into()
         }
     );
-    let at = decide(1.0, 0.5, 0.5);
+    let at = decide(0.5, 0.5);
     assert_eq!(
         at,
         Vote {
@@ -350,33 +350,32 @@ fn decisions() {
             reason: "value 0.5 at or above threshold 0.5".into()
         }
     );
+    assert_eq!(decide(7.0, 0.5).reason, "value 7 at or above threshold 0.5");
     assert_eq!(
-        decide(1.0, 7.0, 0.5).reason,
-        "value 7 at or above threshold 0.5"
-    );
-    assert_eq!(
-        decide(1.0, 0.0, 0.0).vote,
+        decide(0.0, 0.0).vote,
         Direction::Up,
         "0 is not below a threshold of 0"
     );
+    assert_eq!(decide(-1.0, 0.0).vote, Direction::Down);
 }
 
 #[test]
-fn failed_health_keeps_the_service_up() {
+fn failed_health_is_no_vote() {
+    assert_eq!(check_health(1.0, DEFAULT_UPTIME_FILTER, 300), Ok(()));
     for health in [0.0, 0.5, 2.0] {
-        let v = decide(health, 0.0, 10.0);
-        assert_eq!(v.vote, Direction::Up);
+        let e = check_health(health, r#"job="prom""#, 300).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("metadata.uptimeFilter"));
         assert_eq!(
-            v.reason,
-            format!("Prometheus health check failed (up={health}); not scaling down")
+            e.message,
+            format!(
+                "metadata.uptimeFilter: Prometheus health check failed: up{{job=\"prom\"}} was not 1 \
+                 for the whole last 300s (got {health}); no vote until the scrape target has been up \
+                 for a full cooldown period"
+            )
         );
     }
-    assert_eq!(
-        health_vote(0.0).unwrap().reason,
-        "Prometheus health check failed (up=0); not scaling down"
-    );
-    assert_eq!(health_vote(0.0).unwrap().value, None);
-    assert_eq!(health_vote(1.0), None);
+    let e = check_health(0.0, DEFAULT_UPTIME_FILTER, 0).unwrap_err();
+    assert!(e.message.contains("the whole last 900s"), "{e}");
 }
 
 #[test]

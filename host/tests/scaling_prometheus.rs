@@ -1,0 +1,156 @@
+//! Plugin tier: the default scaler (`builtin://scaling-prometheus`) through the real host
+//! against a real Prometheus on loopback, which scrapes a test exporter whose value the test
+//! sets. The plugin reaches Prometheus over `wasi:http` only because its address is granted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmop::plugins::{
+    Failure, Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions, TriggerRequest, Vote, builtin,
+};
+use wasmop_tests::eventually;
+use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The health window: the exporter must have been up this long before a vote is given.
+const COOLDOWN_SECONDS: u32 = 2;
+
+fn scaler(allowed: &[&str]) -> Arc<Plugin> {
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(std::env::temp_dir().join(format!(
+            "wasmop-scaling-prometheus-tests-{}",
+            std::process::id()
+        ))),
+        max_concurrent_calls: 2,
+        pooling: false,
+    })
+    .unwrap();
+    let mut spec = PluginSpec::new("prometheus", Hook::Scaling, "builtin://scaling-prometheus");
+    spec.grants.allowed_hosts = allowed.iter().map(|s| (*s).to_owned()).collect();
+    spec.limits.timeout_ms = 5000;
+    rt.load(&spec, builtin::find("scaling-prometheus").unwrap().wasm)
+        .unwrap()
+}
+
+fn trigger(prom: &Prometheus, query: &str, threshold: serde_json::Value) -> TriggerRequest {
+    TriggerRequest {
+        elastic_service: "ns/es".into(),
+        trigger_type: "prometheus".into(),
+        metadata: serde_json::json!({
+            "query": query,
+            "serverAddress": prom.url(),
+            "threshold": threshold,
+            "uptimeFilter": format!("job=\"{EXPORTER_JOB}\""),
+        })
+        .to_string(),
+        cooldown_seconds: COOLDOWN_SECONDS,
+        now: 0,
+    }
+}
+
+#[tokio::test]
+async fn votes_follow_the_exported_value_and_bad_results_are_errors() {
+    let exporter = Exporter::start();
+    exporter.set_gauge("wasmop_test_load", 5.0);
+    let prom = Prometheus::start(&exporter).await;
+    let plugin = scaler(&[prom.addr.as_str()]);
+
+    // Until the exporter has been up for a whole cooldown, there is no vote.
+    // (Prometheus has just started: the first sample of `up` is younger than the window
+    // only briefly, so this waits for the vote instead of asserting the error.)
+    let up = eventually("an up vote at value 5", TIMEOUT, async || {
+        plugin
+            .vote(trigger(&prom, "sum(wasmop_test_load)", "1".into()))
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(up.vote, Vote::Up, "{}", up.reason);
+    assert_eq!(up.value, Some(5.0));
+    assert_eq!(up.reason, "value 5 at or above threshold 1");
+
+    // The value drops below the threshold: down. The threshold may be a number.
+    exporter.set_gauge("wasmop_test_load", 0.0);
+    let down = eventually("a down vote at value 0", TIMEOUT, async || {
+        let v = plugin
+            .vote(trigger(&prom, "sum(wasmop_test_load)", 1.into()))
+            .await
+            .ok()?;
+        (v.vote == Vote::Down).then_some(v)
+    })
+    .await;
+    assert_eq!(down.value, Some(0.0));
+    assert_eq!(down.reason, "value 0 below threshold 1");
+
+    // No series and several series are errors that say what to change.
+    let e = plugin
+        .vote(trigger(&prom, "wasmop_no_such_metric", 1.into()))
+        .await
+        .unwrap_err();
+    let Failure::Plugin { message, field } = &e.failure else {
+        panic!("{e}")
+    };
+    assert_eq!(field.as_deref(), Some("metadata.query"));
+    assert!(message.contains("query returned no series"), "{message}");
+    exporter.set_body(
+        "# TYPE wasmop_test_load gauge\nwasmop_test_load{pod=\"a\"} 1\nwasmop_test_load{pod=\"b\"} 2\n",
+    );
+    let e = eventually("two series to be scraped", TIMEOUT, async || {
+        plugin
+            .vote(trigger(&prom, "wasmop_test_load", 1.into()))
+            .await
+            .err()
+    })
+    .await;
+    assert!(
+        e.to_string()
+            .contains("query returned 2 series; aggregate it to one, e.g. with sum()"),
+        "{e}"
+    );
+
+    // A PromQL syntax error is Prometheus' 400, reported against the query.
+    let e = plugin
+        .vote(trigger(&prom, "sum(", 1.into()))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("metadata.query") && e.to_string().contains("HTTP 400"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn an_unhealthy_scrape_target_gives_no_vote() {
+    let exporter = Exporter::start();
+    exporter.set_gauge("wasmop_test_load", 0.0);
+    let prom = Prometheus::start(&exporter).await;
+    let plugin = scaler(&[prom.addr.as_str()]);
+    // `up` of a job that does not exist is 0 (`or vector(0)`): the health check fails and the
+    // trigger query, whose value would vote down, is not counted.
+    let mut request = trigger(&prom, "sum(wasmop_test_load)", 1.into());
+    let mut meta: serde_json::Value = serde_json::from_str(&request.metadata).unwrap();
+    meta["uptimeFilter"] = "job=\"not-scraped\"".into();
+    request.metadata = meta.to_string();
+    let e = plugin.vote(request).await.unwrap_err();
+    let Failure::Plugin { message, field } = &e.failure else {
+        panic!("{e}")
+    };
+    assert_eq!(field.as_deref(), Some("metadata.uptimeFilter"));
+    assert!(
+        message.contains("Prometheus health check failed: up{job=\"not-scraped\"} was not 1"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn prometheus_is_reached_only_when_granted() {
+    let exporter = Exporter::start();
+    exporter.set_gauge("wasmop_test_load", 0.0);
+    let prom = Prometheus::start(&exporter).await;
+    let plugin = scaler(&["127.0.0.1:1"]);
+    let e = plugin
+        .vote(trigger(&prom, "sum(wasmop_test_load)", 1.into()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e.failure, Failure::DeniedHost(_)), "{e}");
+}
