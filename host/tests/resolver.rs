@@ -24,6 +24,7 @@ use wasmop::scaling::names::private_service_name;
 use wasmop::scaling::resolver::proxy::COLD_START_HEADER;
 use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver};
 use wasmop_tests::eventually;
+use wasmop_tests::resolver::{HELLO, start_backend};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -178,57 +179,8 @@ async fn send(req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, String
     )
 }
 
-/// A backend on `addr` (port 0: any): `/echo` streams the request body back (trailers
-/// included); anything else answers `hello from the backend`. Every answer reports what
-/// arrived in `x-seen-*` headers.
-async fn backend_on(addr: &str) -> SocketAddr {
-    let listener = TcpListener::bind(addr).await.unwrap();
-    let local = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    let seen = |name: &str| {
-                        req.headers()
-                            .get(name)
-                            .map(|v| v.to_str().unwrap_or("").to_owned())
-                            .unwrap_or_default()
-                    };
-                    let builder = Response::builder()
-                        .header("x-seen-version", format!("{:?}", req.version()))
-                        .header("x-seen-method", req.method().as_str())
-                        .header("x-seen-uri", req.uri().to_string())
-                        .header("x-seen-host", seen("host"))
-                        .header("x-seen-xff", seen("x-forwarded-for"))
-                        .header("x-seen-xfh", seen("x-forwarded-host"))
-                        .header("x-seen-xfp", seen("x-forwarded-proto"))
-                        .header("x-seen-custom", seen("x-custom"))
-                        .header("x-seen-connection", seen("connection"));
-                    let response = if req.uri().path() == "/echo" {
-                        builder.body(req.into_body().boxed_unsync())
-                    } else {
-                        builder.body(
-                            Full::new(Bytes::from("hello from the backend"))
-                                .map_err(|never| match never {})
-                                .boxed_unsync(),
-                        )
-                    };
-                    Ok::<_, Infallible>(response.unwrap())
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    local
-}
-
 async fn backend() -> SocketAddr {
-    backend_on("127.0.0.1:0").await
+    start_backend("127.0.0.1:0").await
 }
 
 /// A loopback port nothing listens on.
@@ -274,7 +226,7 @@ async fn a_held_request_signals_demand_and_is_forwarded_the_moment_an_endpoint_i
     h.make_ready("web", backend);
     let (status, headers, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
     assert_eq!(status, 200);
-    assert_eq!(body, "hello from the backend");
+    assert_eq!(body, HELLO);
     assert_eq!(headers["x-seen-uri"], "/path?q=1");
     assert_eq!(headers["x-seen-host"], host.as_str(), "Host kept");
     assert_eq!(headers["x-seen-xfh"], host.as_str());
@@ -420,12 +372,9 @@ async fn refused_connections_are_retried_until_the_backend_listens() {
         }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    backend_on(&port.to_string()).await;
+    start_backend(&port.to_string()).await;
     let (status, _, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
-    assert_eq!(
-        (status.as_u16(), body.as_str()),
-        (200, "hello from the backend")
-    );
+    assert_eq!((status.as_u16(), body.as_str()), (200, HELLO));
 }
 
 #[tokio::test]
@@ -529,10 +478,7 @@ async fn probe_rules_are_answered_locally_only_while_at_zero() {
     );
     h.make_ready("web", backend().await);
     let (_, _, body) = h.get(&host, "/healthz").await;
-    assert_eq!(
-        body, "hello from the backend",
-        "once up, probes reach the workload"
-    );
+    assert_eq!(body, HELLO, "once up, probes reach the workload");
 }
 
 #[tokio::test]
@@ -661,16 +607,13 @@ async fn the_dial_map_rewrites_addresses_and_refuses_what_it_does_not_cover() {
     h.add_service("web", json!({}), json!({}));
     h.add_service("api", json!({}), json!({}));
     // "The pod" 127.1.2.3 is reached at 127.0.2.3, where the backend listens.
-    let backend = backend_on("127.0.2.3:0").await;
+    let backend = start_backend("127.0.2.3:0").await;
     h.make_ready(
         "web",
         SocketAddr::new("127.1.2.3".parse().unwrap(), backend.port()),
     );
     let (status, _, body) = h.get(&h.host("web"), "/").await;
-    assert_eq!(
-        (status.as_u16(), body.as_str()),
-        (200, "hello from the backend")
-    );
+    assert_eq!((status.as_u16(), body.as_str()), (200, HELLO));
     h.make_ready("api", backend);
     let (status, _, body) = h.get(&h.host("api"), "/").await;
     assert_eq!(status, 502);
