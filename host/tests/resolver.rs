@@ -7,22 +7,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use wasmop::api::elasticservice::ElasticService;
-use wasmop::scaling::names::private_service_name;
 use wasmop::scaling::resolver::proxy::COLD_START_HEADER;
-use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver};
+use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver, fixtures};
 use wasmop_tests::eventually;
 use wasmop_tests::resolver::{HELLO, start_backend};
 
@@ -75,39 +71,19 @@ impl Harness {
 
     /// ElasticService `es-<service>` and a public Service with port 80 named `http`.
     fn add_service(&self, service: &str, spec_extra: Value, status: Value) {
-        let mut spec = json!({"service": service, "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": service}});
-        merge(&mut spec, spec_extra);
-        let es: ElasticService = serde_json::from_value(json!({
-            "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
-            "metadata": {"name": format!("es-{service}"), "namespace": self.ns},
-            "spec": spec, "status": status,
-        }))
-        .unwrap();
-        self.catalog().elastic_service_event(Event::Apply(es));
-        let svc: Service = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": service, "namespace": self.ns},
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
-        }))
-        .unwrap();
-        self.catalog().service_event(Event::Apply(svc));
-    }
-
-    fn slice(&self, service: &str, endpoint: SocketAddr) -> EndpointSlice {
-        serde_json::from_value(json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-            "metadata": {"name": format!("{service}-slice"), "namespace": self.ns,
-                         "labels": {"kubernetes.io/service-name": private_service_name(service)}},
-            "ports": [{"name": "http", "port": endpoint.port(), "protocol": "TCP"}],
-            "endpoints": [{"addresses": [endpoint.ip().to_string()], "conditions": {"ready": true}}],
-        }))
-        .unwrap()
+        let catalog = self.catalog();
+        catalog.elastic_service_event(Event::Apply(fixtures::elastic_service(
+            &self.ns, service, spec_extra, status,
+        )));
+        catalog.service_event(Event::Apply(fixtures::public_service(&self.ns, service)));
     }
 
     /// The private Service of `service` gets the ready endpoint `endpoint`.
     fn make_ready(&self, service: &str, endpoint: SocketAddr) {
         self.catalog()
-            .endpoint_slice_event(Event::Apply(self.slice(service, endpoint)));
+            .endpoint_slice_event(Event::Apply(fixtures::ready_slice(
+                &self.ns, service, endpoint,
+            )));
     }
 
     fn host(&self, service: &str) -> String {
@@ -148,12 +124,6 @@ impl Harness {
             .unwrap();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         String::from_utf8(body.to_vec()).unwrap()
-    }
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
-        into.extend(from);
     }
 }
 
@@ -536,12 +506,7 @@ async fn removing_the_elastic_service_while_held_answers_503() {
         }
     });
     h.wait_held("web", 1).await;
-    let es: ElasticService = serde_json::from_value(json!({
-        "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
-        "metadata": {"name": "es-web", "namespace": "gone"},
-        "spec": {"service": "web", "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
-    }))
-    .unwrap();
+    let es = fixtures::elastic_service("gone", "web", json!({}), json!({}));
     h.catalog().elastic_service_event(Event::Delete(es));
     let (status, headers, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
     assert_eq!(status, 503);
