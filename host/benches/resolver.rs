@@ -39,7 +39,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
-use wasmop::scaling::resolver::{Catalog, DemandSink, ProxyConfig, Resolver, fixtures};
+use wasmop::scaling::resolver::{Catalog, ProxyConfig, Resolver, fixtures};
 
 /// Rounds of section 1.
 const WAKE_ROUNDS: usize = 300;
@@ -62,21 +62,15 @@ const WARM_REQUESTS: usize = 5_000;
 const DEADLINE: Duration = Duration::from_secs(120);
 /// Set in the child process of section 2: the resolver's address.
 const CHILD_ENV: &str = "WASMOP_BENCH_RESOLVER";
+/// Set in the child process of section 2: `1` for h2c clients, `0` for HTTP/1.1.
+const CHILD_H2C_ENV: &str = "WASMOP_BENCH_H2C";
 
 const NS: &str = "bench";
 
-struct NoDemand;
-
-#[async_trait::async_trait]
-impl DemandSink for NoDemand {
-    async fn signal(&self, _: &str, _: &str, _: &str) -> Result<(), String> {
-        Ok(())
-    }
-}
-
 fn main() {
     if let Ok(resolver) = std::env::var(CHILD_ENV) {
-        child::main(resolver.parse().expect("the resolver's address"));
+        let h2c = std::env::var(CHILD_H2C_ENV).is_ok_and(|v| v == "1");
+        child::main(resolver.parse().expect("the resolver's address"), h2c);
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -94,7 +88,8 @@ fn main() {
     );
     rt.block_on(async {
         wake_latency().await;
-        held_memory().await;
+        held_memory(true).await;
+        held_memory(false).await;
         warm_overhead().await;
     });
 }
@@ -103,7 +98,11 @@ fn main() {
 async fn resolver(config: ProxyConfig) -> (Resolver, SocketAddr) {
     let catalog = Catalog::new();
     catalog.mark_synced();
-    let resolver = Resolver::new(config, catalog, Arc::new(NoDemand));
+    let resolver = Resolver::new(
+        config,
+        catalog,
+        Arc::new(fixtures::RecordedDemand::default()),
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("an address");
     let serving = resolver.clone();
@@ -251,9 +250,15 @@ fn memory_mib() -> (f64, f64) {
 }
 
 /// Section 2.
-async fn held_memory() {
+async fn held_memory(h2c: bool) {
+    let how = if h2c {
+        "h2c: one connection per service, the requests as streams"
+    } else {
+        "HTTP/1.1: one connection per request"
+    };
     println!(
-        "\n2. {HELD_REQUESTS} held requests across {HELD_SERVICES} services (clients and backend in a child process)"
+        "\n2{}. {HELD_REQUESTS} held requests across {HELD_SERVICES} services, {how} (clients and backend in a child process)",
+        if h2c { 'a' } else { 'b' }
     );
     let config = ProxyConfig {
         release_concurrency: RELEASE_CONCURRENCY,
@@ -268,6 +273,7 @@ async fn held_memory() {
     let (before, _) = memory_mib();
     let mut child = Command::new(std::env::current_exe().expect("this binary"))
         .env(CHILD_ENV, addr.to_string())
+        .env(CHILD_H2C_ENV, if h2c { "1" } else { "0" })
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the load child");
@@ -331,7 +337,7 @@ async fn held_memory() {
     );
 }
 
-/// A keep-alive HTTP/1.1 backend answering `ok`.
+/// A keep-alive HTTP/1.1 and h2c backend answering `ok`.
 async fn ok_backend(addr: &str) -> SocketAddr {
     let listener = TcpListener::bind(addr).await.expect("bind the backend");
     let local = listener.local_addr().expect("an address");
@@ -344,9 +350,11 @@ async fn ok_backend(addr: &str) -> SocketAddr {
                         b"ok",
                     ))))
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
             });
         }
     });
@@ -402,7 +410,7 @@ async fn warm_overhead() {
 mod child {
     use super::*;
 
-    pub fn main(resolver: SocketAddr) {
+    pub fn main(resolver: SocketAddr, h2c: bool) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -412,26 +420,73 @@ mod child {
             let backend = ok_backend("127.0.0.2:0").await;
             println!("backend {backend}");
             let ok = Arc::new(AtomicUsize::new(0));
-            let connecting = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
-            let mut tasks = Vec::with_capacity(HELD_REQUESTS);
-            for i in 0..HELD_REQUESTS {
-                let (ok, connecting) = (ok.clone(), connecting.clone());
-                let permit = connecting.acquire_owned().await.expect("open semaphore");
-                tasks.push(tokio::spawn(async move {
-                    let mut sender = connect(resolver).await;
-                    let host = format!("held{}.{NS}", i % HELD_SERVICES);
-                    let answer = sender.send_request(get(&host));
-                    drop(permit);
-                    if let Ok(response) = answer.await
-                        && response.status() == 200
-                        && response.into_body().collect().await.is_ok()
-                    {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                }));
-            }
+            let tasks = if h2c {
+                h2c_requests(resolver, &ok).await
+            } else {
+                http1_requests(resolver, &ok).await
+            };
             let _ = tokio::time::timeout(DEADLINE, futures::future::join_all(tasks)).await;
             println!("done ok={}", ok.load(Ordering::Relaxed));
         });
+    }
+
+    async fn count(
+        ok: Arc<AtomicUsize>,
+        answer: impl Future<Output = hyper::Result<Response<Incoming>>>,
+    ) {
+        if let Ok(response) = answer.await
+            && response.status() == 200
+            && response.into_body().collect().await.is_ok()
+        {
+            ok.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One connection per request.
+    async fn http1_requests(
+        resolver: SocketAddr,
+        ok: &Arc<AtomicUsize>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let connecting = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
+        let mut tasks = Vec::with_capacity(HELD_REQUESTS);
+        for i in 0..HELD_REQUESTS {
+            let (ok, connecting) = (ok.clone(), connecting.clone());
+            let permit = connecting.acquire_owned().await.expect("open semaphore");
+            tasks.push(tokio::spawn(async move {
+                let mut sender = connect(resolver).await;
+                drop(permit);
+                let host = format!("held{}.{NS}", i % HELD_SERVICES);
+                count(ok, sender.send_request(get(&host))).await;
+            }));
+        }
+        tasks
+    }
+
+    /// One h2c connection per service, its requests multiplexed on it.
+    async fn h2c_requests(
+        resolver: SocketAddr,
+        ok: &Arc<AtomicUsize>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::with_capacity(HELD_REQUESTS);
+        for s in 0..HELD_SERVICES {
+            let stream = TcpStream::connect(resolver).await.expect("connect");
+            let (sender, conn) = hyper::client::conn::http2::handshake(
+                hyper_util::rt::TokioExecutor::new(),
+                TokioIo::new(stream),
+            )
+            .await
+            .expect("an h2c handshake");
+            tokio::spawn(conn);
+            for _ in 0..HELD_REQUESTS / HELD_SERVICES {
+                let (ok, mut sender) = (ok.clone(), sender.clone());
+                let req = Request::get(format!("http://held{s}.{NS}/"))
+                    .body(Empty::<Bytes>::new())
+                    .expect("a request");
+                tasks.push(tokio::spawn(async move {
+                    count(ok, sender.send_request(req)).await;
+                }));
+            }
+        }
+        tasks
     }
 }

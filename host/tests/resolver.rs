@@ -17,6 +17,7 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
+use wasmop::scaling::resolver::fixtures::RecordedDemand;
 use wasmop::scaling::resolver::proxy::COLD_START_HEADER;
 use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver, fixtures};
 use wasmop_tests::eventually;
@@ -24,30 +25,18 @@ use wasmop_tests::resolver::{HELLO, start_backend};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Demand as it would be written: `ns/elasticservice=time`.
-#[derive(Default)]
-struct Recording(Mutex<Vec<String>>);
-
-#[async_trait::async_trait]
-impl DemandSink for Recording {
-    async fn signal(&self, ns: &str, es: &str, oldest: &str) -> Result<(), String> {
-        self.0.lock().unwrap().push(format!("{ns}/{es}={oldest}"));
-        Ok(())
-    }
-}
-
 struct Harness {
     ns: String,
     addr: SocketAddr,
     resolver: Resolver,
-    demand: Arc<Recording>,
+    demand: Arc<RecordedDemand>,
 }
 
 impl Harness {
     async fn start(ns: &str, config: ProxyConfig) -> Self {
         let catalog = Catalog::new();
         catalog.mark_synced();
-        let demand = Arc::new(Recording::default());
+        let demand = Arc::new(RecordedDemand::default());
         let resolver = Resolver::new(config, catalog, demand.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -103,7 +92,16 @@ impl Harness {
         .await;
     }
 
-    async fn get(&self, host: &str, path: &str) -> (StatusCode, http::HeaderMap, String) {
+    /// `GET path` for `service` in the background (it may be held).
+    fn spawn_get(&self, service: &str, path: &str) -> tokio::task::JoinHandle<Answer> {
+        let req = Request::get(format!("http://{}{path}", self.addr))
+            .header("host", self.host(service))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::spawn(send(req))
+    }
+
+    async fn get(&self, host: &str, path: &str) -> Answer {
         let req = Request::get(format!("http://{}{path}", self.addr))
             .header("host", host)
             .body(Full::new(Bytes::new()))
@@ -127,6 +125,8 @@ impl Harness {
     }
 }
 
+type Answer = (StatusCode, http::HeaderMap, String);
+
 fn config() -> ProxyConfig {
     let mut c = ProxyConfig::default();
     c.connect.attempts = 3;
@@ -138,7 +138,7 @@ fn http1() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-async fn send(req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, String) {
+async fn send(req: Request<Full<Bytes>>) -> Answer {
     let response = http1().request(req).await.expect("the resolver answers");
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
@@ -164,19 +164,10 @@ async fn a_held_request_signals_demand_and_is_forwarded_the_moment_an_endpoint_i
     let h = Harness::start("cold", config()).await;
     h.add_service("web", json!({}), json!({}));
     let host = h.host("web");
-    let request = tokio::spawn({
-        let (addr, host) = (h.addr, host.clone());
-        async move {
-            let req = Request::get(format!("http://{addr}/path?q=1"))
-                .header("host", host)
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            send(req).await
-        }
-    });
+    let request = h.spawn_get("web", "/path?q=1");
     h.wait_held("web", 1).await;
     let demand = eventually("a demand signal", WAIT, async || {
-        h.demand.0.lock().unwrap().first().cloned()
+        h.demand.signals().first().cloned()
     })
     .await;
     let (who, when) = demand.split_once('=').unwrap();
@@ -246,10 +237,7 @@ async fn the_warm_path_keeps_method_headers_body_and_appends_x_forwarded_for() {
         "an earlier proxy's value is kept"
     );
     assert!(!headers.contains_key(COLD_START_HEADER));
-    assert!(
-        h.demand.0.lock().unwrap().is_empty(),
-        "no demand on the warm path"
-    );
+    assert!(h.demand.signals().is_empty(), "no demand on the warm path");
     let metrics = h.metrics().await;
     assert!(metrics.contains(
         r#"wasmop_resolver_requests_forwarded_total{namespace="warm",service="web",path="warm"} 1"#
@@ -263,18 +251,7 @@ async fn a_full_queue_answers_503_with_retry_after() {
     let h = Harness::start("full", c).await;
     h.add_service("web", json!({}), json!({}));
     let host = h.host("web");
-    let held: Vec<_> = (0..2)
-        .map(|_| {
-            let (addr, host) = (h.addr, host.clone());
-            tokio::spawn(async move {
-                let req = Request::get(format!("http://{addr}/"))
-                    .header("host", host)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap();
-                send(req).await
-            })
-        })
-        .collect();
+    let held: Vec<_> = (0..2).map(|_| h.spawn_get("web", "/")).collect();
     h.wait_held("web", 2).await;
     let (status, headers, body) = h.get(&host, "/").await;
     assert_eq!(status, 503);
@@ -331,16 +308,7 @@ async fn refused_connections_are_retried_until_the_backend_listens() {
     h.add_service("web", json!({}), json!({}));
     let port = closed_port();
     h.make_ready("web", port);
-    let request = tokio::spawn({
-        let (addr, host) = (h.addr, h.host("web"));
-        async move {
-            let req = Request::get(format!("http://{addr}/"))
-                .header("host", host)
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            send(req).await
-        }
-    });
+    let request = h.spawn_get("web", "/");
     tokio::time::sleep(Duration::from_millis(150)).await;
     start_backend(&port.to_string()).await;
     let (status, _, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
@@ -443,7 +411,7 @@ async fn probe_rules_are_answered_locally_only_while_at_zero() {
     let (status, _, body) = send(head).await;
     assert_eq!((status.as_u16(), body.as_str()), (200, ""));
     assert!(
-        h.demand.0.lock().unwrap().is_empty(),
+        h.demand.signals().is_empty(),
         "probes do not wake the service"
     );
     h.make_ready("web", backend().await);
@@ -495,16 +463,7 @@ async fn a_configured_host_header_names_the_target() {
 async fn removing_the_elastic_service_while_held_answers_503() {
     let h = Harness::start("gone", config()).await;
     h.add_service("web", json!({}), json!({}));
-    let request = tokio::spawn({
-        let (addr, host) = (h.addr, h.host("web"));
-        async move {
-            let req = Request::get(format!("http://{addr}/"))
-                .header("host", host)
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            send(req).await
-        }
-    });
+    let request = h.spawn_get("web", "/");
     h.wait_held("web", 1).await;
     let es = fixtures::elastic_service("gone", "web", json!({}), json!({}));
     h.catalog().elastic_service_event(Event::Delete(es));
@@ -557,11 +516,7 @@ async fn a_burst_of_200_held_requests_is_answered_in_full() {
         assert_eq!(status, 200);
         assert_eq!(body, format!("request {i}"));
     }
-    assert_eq!(
-        h.demand.0.lock().unwrap().len(),
-        1,
-        "one signal for the burst"
-    );
+    assert_eq!(h.demand.signals().len(), 1, "one signal for the burst");
 }
 
 #[tokio::test]
@@ -587,7 +542,11 @@ async fn the_dial_map_rewrites_addresses_and_refuses_what_it_does_not_cover() {
 
 #[tokio::test]
 async fn readiness_waits_for_the_first_listing() {
-    let resolver = Resolver::new(config(), Catalog::new(), Arc::new(Recording::default()));
+    let resolver = Resolver::new(
+        config(),
+        Catalog::new(),
+        Arc::new(RecordedDemand::default()),
+    );
     let ready = async |r: &Resolver| {
         r.admin_router()
             .oneshot(

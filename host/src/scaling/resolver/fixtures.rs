@@ -1,14 +1,16 @@
 //! Builders of the objects the resolver reads, for tests and benchmarks that feed a
 //! [`Catalog`](super::Catalog) by hand: an ElasticService, its public Service (port 80 named
-//! `http`) and a ready EndpointSlice of its private Service.
+//! `http`), a ready EndpointSlice of its private Service, and a demand sink that records.
 
 use std::net::SocketAddr;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
 
 use super::catalog::SERVICE_NAME_LABEL;
+use super::demand::DemandSink;
 use crate::api::elasticservice::ElasticService;
 use crate::scaling::names::private_service_name;
 
@@ -63,4 +65,26 @@ pub fn ready_slice(ns: &str, service: &str, endpoint: SocketAddr) -> EndpointSli
         "endpoints": [{"addresses": [endpoint.ip().to_string()], "conditions": {"ready": true}}],
     }))
     .expect("an EndpointSlice")
+}
+
+/// A [`DemandSink`] that records each signal as `namespace/elasticservice=time`.
+#[derive(Debug, Default)]
+pub struct RecordedDemand(Mutex<Vec<String>>);
+
+impl RecordedDemand {
+    /// The signals so far, oldest first.
+    pub fn signals(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl DemandSink for RecordedDemand {
+    async fn signal(&self, ns: &str, es: &str, oldest: &str) -> Result<(), String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("{ns}/{es}={oldest}"));
+        Ok(())
+    }
 }
