@@ -7,50 +7,36 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use wasmop::api::elasticservice::ElasticService;
-use wasmop::scaling::names::private_service_name;
+use wasmop::scaling::resolver::fixtures::RecordedDemand;
 use wasmop::scaling::resolver::proxy::COLD_START_HEADER;
-use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver};
+use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver, fixtures};
 use wasmop_tests::eventually;
+use wasmop_tests::resolver::{HELLO, start_backend};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// Demand as it would be written: `ns/elasticservice=time`.
-#[derive(Default)]
-struct Recording(Mutex<Vec<String>>);
-
-#[async_trait::async_trait]
-impl DemandSink for Recording {
-    async fn signal(&self, ns: &str, es: &str, oldest: &str) -> Result<(), String> {
-        self.0.lock().unwrap().push(format!("{ns}/{es}={oldest}"));
-        Ok(())
-    }
-}
 
 struct Harness {
     ns: String,
     addr: SocketAddr,
     resolver: Resolver,
-    demand: Arc<Recording>,
+    demand: Arc<RecordedDemand>,
 }
 
 impl Harness {
     async fn start(ns: &str, config: ProxyConfig) -> Self {
         let catalog = Catalog::new();
         catalog.mark_synced();
-        let demand = Arc::new(Recording::default());
+        let demand = Arc::new(RecordedDemand::default());
         let resolver = Resolver::new(config, catalog, demand.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -74,39 +60,19 @@ impl Harness {
 
     /// ElasticService `es-<service>` and a public Service with port 80 named `http`.
     fn add_service(&self, service: &str, spec_extra: Value, status: Value) {
-        let mut spec = json!({"service": service, "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": service}});
-        merge(&mut spec, spec_extra);
-        let es: ElasticService = serde_json::from_value(json!({
-            "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
-            "metadata": {"name": format!("es-{service}"), "namespace": self.ns},
-            "spec": spec, "status": status,
-        }))
-        .unwrap();
-        self.catalog().elastic_service_event(Event::Apply(es));
-        let svc: Service = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": service, "namespace": self.ns},
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
-        }))
-        .unwrap();
-        self.catalog().service_event(Event::Apply(svc));
-    }
-
-    fn slice(&self, service: &str, endpoint: SocketAddr) -> EndpointSlice {
-        serde_json::from_value(json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-            "metadata": {"name": format!("{service}-slice"), "namespace": self.ns,
-                         "labels": {"kubernetes.io/service-name": private_service_name(service)}},
-            "ports": [{"name": "http", "port": endpoint.port(), "protocol": "TCP"}],
-            "endpoints": [{"addresses": [endpoint.ip().to_string()], "conditions": {"ready": true}}],
-        }))
-        .unwrap()
+        let catalog = self.catalog();
+        catalog.elastic_service_event(Event::Apply(fixtures::elastic_service(
+            &self.ns, service, spec_extra, status,
+        )));
+        catalog.service_event(Event::Apply(fixtures::public_service(&self.ns, service)));
     }
 
     /// The private Service of `service` gets the ready endpoint `endpoint`.
     fn make_ready(&self, service: &str, endpoint: SocketAddr) {
         self.catalog()
-            .endpoint_slice_event(Event::Apply(self.slice(service, endpoint)));
+            .endpoint_slice_event(Event::Apply(fixtures::ready_slice(
+                &self.ns, service, endpoint,
+            )));
     }
 
     fn host(&self, service: &str) -> String {
@@ -126,7 +92,16 @@ impl Harness {
         .await;
     }
 
-    async fn get(&self, host: &str, path: &str) -> (StatusCode, http::HeaderMap, String) {
+    /// `GET path` for `service` in the background (it may be held).
+    fn spawn_get(&self, service: &str, path: &str) -> tokio::task::JoinHandle<Answer> {
+        let req = Request::get(format!("http://{}{path}", self.addr))
+            .header("host", self.host(service))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::spawn(send(req))
+    }
+
+    async fn get(&self, host: &str, path: &str) -> Answer {
         let req = Request::get(format!("http://{}{path}", self.addr))
             .header("host", host)
             .body(Full::new(Bytes::new()))
@@ -150,11 +125,7 @@ impl Harness {
     }
 }
 
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
-        into.extend(from);
-    }
-}
+type Answer = (StatusCode, http::HeaderMap, String);
 
 fn config() -> ProxyConfig {
     let mut c = ProxyConfig::default();
@@ -167,7 +138,7 @@ fn http1() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-async fn send(req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, String) {
+async fn send(req: Request<Full<Bytes>>) -> Answer {
     let response = http1().request(req).await.expect("the resolver answers");
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
@@ -178,57 +149,8 @@ async fn send(req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, String
     )
 }
 
-/// A backend on `addr` (port 0: any): `/echo` streams the request body back (trailers
-/// included); anything else answers `hello from the backend`. Every answer reports what
-/// arrived in `x-seen-*` headers.
-async fn backend_on(addr: &str) -> SocketAddr {
-    let listener = TcpListener::bind(addr).await.unwrap();
-    let local = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    let seen = |name: &str| {
-                        req.headers()
-                            .get(name)
-                            .map(|v| v.to_str().unwrap_or("").to_owned())
-                            .unwrap_or_default()
-                    };
-                    let builder = Response::builder()
-                        .header("x-seen-version", format!("{:?}", req.version()))
-                        .header("x-seen-method", req.method().as_str())
-                        .header("x-seen-uri", req.uri().to_string())
-                        .header("x-seen-host", seen("host"))
-                        .header("x-seen-xff", seen("x-forwarded-for"))
-                        .header("x-seen-xfh", seen("x-forwarded-host"))
-                        .header("x-seen-xfp", seen("x-forwarded-proto"))
-                        .header("x-seen-custom", seen("x-custom"))
-                        .header("x-seen-connection", seen("connection"));
-                    let response = if req.uri().path() == "/echo" {
-                        builder.body(req.into_body().boxed_unsync())
-                    } else {
-                        builder.body(
-                            Full::new(Bytes::from("hello from the backend"))
-                                .map_err(|never| match never {})
-                                .boxed_unsync(),
-                        )
-                    };
-                    Ok::<_, Infallible>(response.unwrap())
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    local
-}
-
 async fn backend() -> SocketAddr {
-    backend_on("127.0.0.1:0").await
+    start_backend("127.0.0.1:0").await
 }
 
 /// A loopback port nothing listens on.
@@ -242,19 +164,10 @@ async fn a_held_request_signals_demand_and_is_forwarded_the_moment_an_endpoint_i
     let h = Harness::start("cold", config()).await;
     h.add_service("web", json!({}), json!({}));
     let host = h.host("web");
-    let request = tokio::spawn({
-        let (addr, host) = (h.addr, host.clone());
-        async move {
-            let req = Request::get(format!("http://{addr}/path?q=1"))
-                .header("host", host)
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            send(req).await
-        }
-    });
+    let request = h.spawn_get("web", "/path?q=1");
     h.wait_held("web", 1).await;
     let demand = eventually("a demand signal", WAIT, async || {
-        h.demand.0.lock().unwrap().first().cloned()
+        h.demand.signals().first().cloned()
     })
     .await;
     let (who, when) = demand.split_once('=').unwrap();
@@ -274,7 +187,7 @@ async fn a_held_request_signals_demand_and_is_forwarded_the_moment_an_endpoint_i
     h.make_ready("web", backend);
     let (status, headers, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
     assert_eq!(status, 200);
-    assert_eq!(body, "hello from the backend");
+    assert_eq!(body, HELLO);
     assert_eq!(headers["x-seen-uri"], "/path?q=1");
     assert_eq!(headers["x-seen-host"], host.as_str(), "Host kept");
     assert_eq!(headers["x-seen-xfh"], host.as_str());
@@ -324,10 +237,7 @@ async fn the_warm_path_keeps_method_headers_body_and_appends_x_forwarded_for() {
         "an earlier proxy's value is kept"
     );
     assert!(!headers.contains_key(COLD_START_HEADER));
-    assert!(
-        h.demand.0.lock().unwrap().is_empty(),
-        "no demand on the warm path"
-    );
+    assert!(h.demand.signals().is_empty(), "no demand on the warm path");
     let metrics = h.metrics().await;
     assert!(metrics.contains(
         r#"wasmop_resolver_requests_forwarded_total{namespace="warm",service="web",path="warm"} 1"#
@@ -341,18 +251,7 @@ async fn a_full_queue_answers_503_with_retry_after() {
     let h = Harness::start("full", c).await;
     h.add_service("web", json!({}), json!({}));
     let host = h.host("web");
-    let held: Vec<_> = (0..2)
-        .map(|_| {
-            let (addr, host) = (h.addr, host.clone());
-            tokio::spawn(async move {
-                let req = Request::get(format!("http://{addr}/"))
-                    .header("host", host)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap();
-                send(req).await
-            })
-        })
-        .collect();
+    let held: Vec<_> = (0..2).map(|_| h.spawn_get("web", "/")).collect();
     h.wait_held("web", 2).await;
     let (status, headers, body) = h.get(&host, "/").await;
     assert_eq!(status, 503);
@@ -409,23 +308,11 @@ async fn refused_connections_are_retried_until_the_backend_listens() {
     h.add_service("web", json!({}), json!({}));
     let port = closed_port();
     h.make_ready("web", port);
-    let request = tokio::spawn({
-        let (addr, host) = (h.addr, h.host("web"));
-        async move {
-            let req = Request::get(format!("http://{addr}/"))
-                .header("host", host)
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            send(req).await
-        }
-    });
+    let request = h.spawn_get("web", "/");
     tokio::time::sleep(Duration::from_millis(150)).await;
-    backend_on(&port.to_string()).await;
+    start_backend(&port.to_string()).await;
     let (status, _, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
-    assert_eq!(
-        (status.as_u16(), body.as_str()),
-        (200, "hello from the backend")
-    );
+    assert_eq!((status.as_u16(), body.as_str()), (200, HELLO));
 }
 
 #[tokio::test]
@@ -524,15 +411,12 @@ async fn probe_rules_are_answered_locally_only_while_at_zero() {
     let (status, _, body) = send(head).await;
     assert_eq!((status.as_u16(), body.as_str()), (200, ""));
     assert!(
-        h.demand.0.lock().unwrap().is_empty(),
+        h.demand.signals().is_empty(),
         "probes do not wake the service"
     );
     h.make_ready("web", backend().await);
     let (_, _, body) = h.get(&host, "/healthz").await;
-    assert_eq!(
-        body, "hello from the backend",
-        "once up, probes reach the workload"
-    );
+    assert_eq!(body, HELLO, "once up, probes reach the workload");
 }
 
 #[tokio::test]
@@ -579,23 +463,9 @@ async fn a_configured_host_header_names_the_target() {
 async fn removing_the_elastic_service_while_held_answers_503() {
     let h = Harness::start("gone", config()).await;
     h.add_service("web", json!({}), json!({}));
-    let request = tokio::spawn({
-        let (addr, host) = (h.addr, h.host("web"));
-        async move {
-            let req = Request::get(format!("http://{addr}/"))
-                .header("host", host)
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            send(req).await
-        }
-    });
+    let request = h.spawn_get("web", "/");
     h.wait_held("web", 1).await;
-    let es: ElasticService = serde_json::from_value(json!({
-        "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
-        "metadata": {"name": "es-web", "namespace": "gone"},
-        "spec": {"service": "web", "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
-    }))
-    .unwrap();
+    let es = fixtures::elastic_service("gone", "web", json!({}), json!({}));
     h.catalog().elastic_service_event(Event::Delete(es));
     let (status, headers, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
     assert_eq!(status, 503);
@@ -646,11 +516,7 @@ async fn a_burst_of_200_held_requests_is_answered_in_full() {
         assert_eq!(status, 200);
         assert_eq!(body, format!("request {i}"));
     }
-    assert_eq!(
-        h.demand.0.lock().unwrap().len(),
-        1,
-        "one signal for the burst"
-    );
+    assert_eq!(h.demand.signals().len(), 1, "one signal for the burst");
 }
 
 #[tokio::test]
@@ -661,16 +527,13 @@ async fn the_dial_map_rewrites_addresses_and_refuses_what_it_does_not_cover() {
     h.add_service("web", json!({}), json!({}));
     h.add_service("api", json!({}), json!({}));
     // "The pod" 127.1.2.3 is reached at 127.0.2.3, where the backend listens.
-    let backend = backend_on("127.0.2.3:0").await;
+    let backend = start_backend("127.0.2.3:0").await;
     h.make_ready(
         "web",
         SocketAddr::new("127.1.2.3".parse().unwrap(), backend.port()),
     );
     let (status, _, body) = h.get(&h.host("web"), "/").await;
-    assert_eq!(
-        (status.as_u16(), body.as_str()),
-        (200, "hello from the backend")
-    );
+    assert_eq!((status.as_u16(), body.as_str()), (200, HELLO));
     h.make_ready("api", backend);
     let (status, _, body) = h.get(&h.host("api"), "/").await;
     assert_eq!(status, 502);
@@ -679,7 +542,11 @@ async fn the_dial_map_rewrites_addresses_and_refuses_what_it_does_not_cover() {
 
 #[tokio::test]
 async fn readiness_waits_for_the_first_listing() {
-    let resolver = Resolver::new(config(), Catalog::new(), Arc::new(Recording::default()));
+    let resolver = Resolver::new(
+        config(),
+        Catalog::new(),
+        Arc::new(RecordedDemand::default()),
+    );
     let ready = async |r: &Resolver| {
         r.admin_router()
             .oneshot(

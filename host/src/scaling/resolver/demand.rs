@@ -140,26 +140,9 @@ mod tests {
     use super::*;
     use crate::scaling::names::private_service_name;
     use crate::scaling::resolver::catalog::tests::{es, slice};
+    use crate::scaling::resolver::fixtures::RecordedDemand;
     use crate::scaling::resolver::queue::Queues;
     use kube::runtime::watcher::Event;
-    use std::sync::Mutex;
-
-    #[derive(Default)]
-    struct Recording(Mutex<Vec<String>>);
-
-    #[async_trait::async_trait]
-    impl DemandSink for Recording {
-        async fn signal(&self, ns: &str, es: &str, oldest: &str) -> Result<(), String> {
-            self.0.lock().unwrap().push(format!("{ns}/{es}={oldest}"));
-            Ok(())
-        }
-    }
-
-    impl Recording {
-        fn seen(&self) -> Vec<String> {
-            self.0.lock().unwrap().clone()
-        }
-    }
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
@@ -179,7 +162,7 @@ mod tests {
             serde_json::json!({}),
         )));
         let queues = Queues::new(10, 1);
-        let sink = Arc::new(Recording::default());
+        let sink = Arc::new(RecordedDemand::default());
         let a = queues.admit("ns", "web", at(100)).unwrap();
         assert!(a.start_demand);
         let task = tokio::spawn(run(
@@ -190,16 +173,16 @@ mod tests {
         ));
         sleep_ms(10).await;
         let first = format!("ns/es-web={}", rfc3339_seconds(at(100)));
-        assert_eq!(sink.seen(), [first.clone()], "signalled at once");
+        assert_eq!(sink.signals(), [first.clone()], "signalled at once");
 
         // The oldest request leaves; the next oldest is signalled, but not before the interval.
         let b = queues.admit("ns", "web", at(103)).unwrap();
         drop(a);
         sleep_ms(1000).await;
-        assert_eq!(sink.seen().len(), 1, "rate-limited");
+        assert_eq!(sink.signals().len(), 1, "rate-limited");
         sleep_ms(1500).await;
         let second = format!("ns/es-web={}", rfc3339_seconds(at(103)));
-        assert_eq!(sink.seen(), [first.clone(), second.clone()]);
+        assert_eq!(sink.signals(), [first.clone(), second.clone()]);
 
         // Once an endpoint is ready nothing more is signalled; the loop ends with the queue.
         catalog.endpoint_slice_event(Event::Apply(slice(
@@ -212,7 +195,7 @@ mod tests {
         let c = queues.admit("ns", "web", at(110)).unwrap();
         drop(b);
         sleep_ms(5000).await;
-        assert_eq!(sink.seen(), [first, second]);
+        assert_eq!(sink.signals(), [first, second]);
         drop(c);
         sleep_ms(5000).await;
         assert!(task.is_finished());

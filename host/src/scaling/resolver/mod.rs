@@ -13,6 +13,7 @@
 pub mod catalog;
 pub mod demand;
 pub mod dial;
+pub mod fixtures;
 pub mod host;
 pub mod metrics;
 pub mod probe;

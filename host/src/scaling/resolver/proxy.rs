@@ -213,7 +213,7 @@ impl Resolver {
             other => return not_found(target, &other),
         };
         if !route.endpoints.is_empty() {
-            return self.forward(req, &parsed, &route, peer, None).await;
+            return Box::pin(self.forward(req, &parsed, &route, peer, None)).await;
         }
         if let Some((status, body)) =
             route
@@ -311,8 +311,8 @@ impl Resolver {
         };
         let permit = queue.release().await;
         drop(admitted.held);
-        self.forward(req, &parsed, &route, peer, Some((arrived, permit)))
-            .await
+        // Boxed: a held request's future stays small until it is forwarded.
+        Box::pin(self.forward(req, &parsed, &route, peer, Some((arrived, permit)))).await
     }
 
     async fn forward(
