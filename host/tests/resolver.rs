@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 use wasmop::scaling::resolver::fixtures::RecordedDemand;
 use wasmop::scaling::resolver::proxy::COLD_START_HEADER;
-use wasmop::scaling::resolver::{Catalog, DemandSink, PrefixMap, ProxyConfig, Resolver, fixtures};
+use wasmop::scaling::resolver::{Catalog, PrefixMap, ProxyConfig, Resolver, fixtures};
 use wasmop_tests::eventually;
 use wasmop_tests::resolver::{HELLO, start_backend};
 

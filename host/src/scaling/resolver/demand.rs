@@ -173,7 +173,11 @@ mod tests {
         ));
         sleep_ms(10).await;
         let first = format!("ns/es-web={}", rfc3339_seconds(at(100)));
-        assert_eq!(sink.signals(), [first.clone()], "signalled at once");
+        assert_eq!(
+            sink.signals(),
+            std::slice::from_ref(&first),
+            "signalled at once"
+        );
 
         // The oldest request leaves; the next oldest is signalled, but not before the interval.
         let b = queues.admit("ns", "web", at(103)).unwrap();
