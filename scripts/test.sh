@@ -40,4 +40,4 @@ trap cleanup EXIT
 eval "$("$cluster" env)"
 
 step "cargo test --workspace (unit, plugin and e2e tiers)"
-cargo test --workspace --locked -- --test-threads=2
+cargo test --workspace --locked --no-fail-fast -- --test-threads=2

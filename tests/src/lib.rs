@@ -194,8 +194,9 @@ pub fn kubectl_ok(args: &[&str]) -> String {
 /// The repository's `crds/` directory.
 pub const CRDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
 
-/// Applies `crds/` (server-side, idempotent), waits until every CRD is Established, and
-/// returns `kubectl apply`'s output.
+/// Applies `crds/` (server-side, idempotent; takes over fields another manager such as a
+/// client-side `kubectl apply` left), waits until every CRD is Established, and returns
+/// `kubectl apply`'s output.
 ///
 /// # Panics
 /// When kubectl fails or a CRD does not become Established within a minute.
@@ -203,6 +204,7 @@ pub fn install_crds() -> String {
     let applied = kubectl_ok(&[
         "apply",
         "--server-side",
+        "--force-conflicts",
         "--field-manager=wasmop-e2e",
         "-f",
         CRDS_DIR,
