@@ -171,11 +171,25 @@ pub async fn wait_until<K>(
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-        Ok(Ok(Some(obj))) => obj,
-        Ok(Ok(None)) => panic!("{name} was deleted while waiting for: {what}"),
-        Ok(Err(e)) => panic!("watch failed while waiting for {what}: {e}"),
-        Err(_) => panic!("timed out after {timeout:?} waiting for {name}: {what}"),
+    // A watch may end with an error (e.g. 410 Expired when the API server compacts); the wait
+    // then starts over with a fresh list, within the same deadline.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        match tokio::time::timeout_at(
+            deadline,
+            await_condition(api.clone(), name, |o: Option<&K>| cond.matches_object(o)),
+        )
+        .await
+        {
+            Ok(Ok(Some(obj))) => return obj,
+            Ok(Ok(None)) => panic!("{name} was deleted while waiting for: {what}"),
+            Ok(Err(e)) => last_error = Some(e.to_string()),
+            Err(_) => panic!(
+                "timed out after {timeout:?} waiting for {name}: {what} (last watch error: {})",
+                last_error.as_deref().unwrap_or("none")
+            ),
+        }
     }
 }
 
