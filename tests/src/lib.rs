@@ -91,8 +91,44 @@ pub fn dump_namespace(ns: &str) -> PathBuf {
     file
 }
 
+/// Removes the finalizers of wasmop's custom resources left in `ns`: the test's operator has
+/// stopped, so nothing would remove them and the namespace would never finish terminating.
+pub fn release_finalizers(ns: &str) {
+    let Ok(out) = kubectl()
+        .args([
+            "api-resources",
+            "--api-group=wasmop.dev",
+            "--namespaced=true",
+            "-o",
+            "name",
+        ])
+        .output()
+    else {
+        return;
+    };
+    let kinds = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .replace('\n', ",");
+    if kinds.is_empty() {
+        return;
+    }
+    let Ok(out) = kubectl()
+        .args(["get", &kinds, "-n", ns, "-o", "name"])
+        .output()
+    else {
+        return;
+    };
+    for object in String::from_utf8_lossy(&out.stdout).lines() {
+        let _ = kubectl()
+            .args(["patch", object, "-n", ns, "--type=merge"])
+            .args(["-p", r#"{"metadata":{"finalizers":null}}"#])
+            .output();
+    }
+}
+
 /// Runs `test` with a fresh namespace; dumps the namespace if `test` panics, deletes it either
-/// way, and re-raises the panic.
+/// way (releasing the finalizers its stopped operator left on wasmop resources), and re-raises
+/// the panic.
 pub async fn with_temp_ns<F, Fut>(hint: &str, test: F)
 where
     F: FnOnce(Client, String) -> Fut,
@@ -113,6 +149,7 @@ where
     if result.is_err() {
         dump_namespace(&name);
     }
+    release_finalizers(&name);
     let _ = api.delete(&name, &DeleteParams::background()).await;
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
