@@ -309,15 +309,26 @@ impl Drop for Process {
     }
 }
 
-/// Applies the operator's RBAC from `deploy/rbac/operator.yaml` (idempotent).
+/// The chart rendered with its default values (`deploy/manifests`: the namespace, then the
+/// ServiceAccounts, RBAC, Deployments, Services, PodDisruptionBudgets and the plugin registry of
+/// `deploy/helm/wasmop`).
+pub const MANIFESTS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/manifests");
+
+/// Installs the rendered chart (`deploy/manifests`) with server-side apply and strict field
+/// validation (idempotent), so the operator runs with exactly the chart's ServiceAccounts and
+/// RBAC. Pods of its Deployments only ever run on kwok's simulated nodes.
+///
+/// # Panics
+/// When kubectl fails.
 pub fn install_operator_rbac() {
     kubectl_ok(&[
         "apply",
+        "--server-side",
+        "--field-manager=wasmop-e2e",
+        "--force-conflicts",
+        "--validate=strict",
         "-f",
-        repo_root()
-            .join("deploy/rbac/operator.yaml")
-            .to_str()
-            .expect("a UTF-8 path"),
+        MANIFESTS_DIR,
     ]);
 }
 
@@ -342,7 +353,7 @@ pub fn service_account_kubeconfig(ns: &str, sa: &str) -> PathBuf {
     out
 }
 
-/// The operator's namespace-scoped rules (ClusterRole `wasmop-namespace` of deploy/rbac) bound
+/// The operator's namespace-scoped rules (ClusterRole `wasmop-namespace` of the chart) bound
 /// in `ns` to ServiceAccount `wasmop-system/wasmop`, so an operator run with `--namespace ns`
 /// has there what it has in `wasmop-system` and nothing more.
 pub fn bind_operator_namespace(ns: &str) {
@@ -356,8 +367,8 @@ pub fn bind_operator_namespace(ns: &str) {
     kubectl_ok(&["apply", "-f", file.to_str().expect("a UTF-8 path")]);
 }
 
-/// `wasmop run` started for one test, as ServiceAccount `wasmop-system/wasmop` (the RBAC of
-/// deploy/rbac), with `--namespace` and `--watch-namespace` set to the test's namespace, so
+/// `wasmop run` started for one test, as ServiceAccount `wasmop-system/wasmop` (the chart's
+/// RBAC, from deploy/manifests), with `--namespace` and `--watch-namespace` set to the test's namespace, so
 /// that its registry ConfigMap, DR lease and Events stay there and tests running side by side
 /// never reconcile each other's objects. Killed on drop.
 pub struct Operator {
