@@ -429,6 +429,13 @@ async fn go_max_age_restart_restarts_pods_older_than_the_maximum() {
             .contains("longer than maxAge 24h0m0s"),
         "{d}"
     );
+    assert!(
+        d[2]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("is in the future"),
+        "{d}"
+    );
     let e = call(
         &p,
         json!({"policy": "p", "desired": "{}", "applied": "null", "pods": "[1]"}),

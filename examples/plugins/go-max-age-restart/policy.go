@@ -103,6 +103,9 @@ func Decide(s Settings, p *Pod, now time.Time) Decision {
 	if started == nil {
 		return Decision{false, name + ": no start time yet"}
 	}
+	if started.After(now) {
+		return Decision{false, fmt.Sprintf("%s: start time %s is in the future", name, started.Format(time.RFC3339))}
+	}
 	age := now.Sub(*started).Truncate(time.Second)
 	if age > s.MaxAge {
 		return Decision{true, fmt.Sprintf("%s: running for %s, longer than maxAge %s", name, age, s.MaxAge)}

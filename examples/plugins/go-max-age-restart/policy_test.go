@@ -13,13 +13,14 @@ func TestOldPodsRestartAndExemptOnesDoNot(t *testing.T) {
 	  {"metadata": {"name": "young", "namespace": "shop"}, "status": {"phase": "Running", "startTime": "2026-11-22T09:00:00Z"}},
 	  {"metadata": {"name": "pinned", "namespace": "shop", "annotations": {"example.com/max-age-exempt": "true"}},
 	   "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}},
-	  {"metadata": {"name": "done", "namespace": "shop", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Succeeded"}}
+	  {"metadata": {"name": "done", "namespace": "shop", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Succeeded"}},
+	  {"metadata": {"name": "skewed", "namespace": "shop"}, "status": {"phase": "Running", "startTime": "2999-01-01T00:00:00Z"}}
 	]`
 	got, err := Evaluate(`{"maxAge": "72h"}`, pods, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []bool{true, false, false, false}
+	want := []bool{true, false, false, false, false}
 	for i, d := range got {
 		if d.Restart != want[i] {
 			t.Errorf("pod %d: restart=%v (%s), want %v", i, d.Restart, d.Reason, want[i])
@@ -27,6 +28,9 @@ func TestOldPodsRestartAndExemptOnesDoNot(t *testing.T) {
 	}
 	if !strings.Contains(got[0].Reason, "running for 288h0m0s, longer than maxAge 72h0m0s") {
 		t.Errorf("reason: %s", got[0].Reason)
+	}
+	if !strings.Contains(got[4].Reason, "in the future") {
+		t.Errorf("reason: %s", got[4].Reason)
 	}
 }
 
