@@ -88,14 +88,19 @@ def in_window(window, local: datetime) -> bool:
     return (today in days and minute >= start) or (yesterday in days and minute < end)
 
 
+def json_object(text: str, what: str, field: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise Invalid(f"{what} is not valid JSON: {e}", field)
+    if not isinstance(obj, dict):
+        raise Invalid(f"{what} must be a JSON object", field)
+    return obj
+
+
 class Settings:
     def __init__(self, text: str):
-        try:
-            obj = json.loads(text)
-        except ValueError as e:
-            raise Invalid(f"settings are not valid JSON: {e}", "settings")
-        if not isinstance(obj, dict):
-            raise Invalid("settings must be a JSON object", "settings")
+        obj = json_object(text, "settings", "settings")
         unknown = set(obj) - {"utcOffset", "holidays"}
         if unknown:
             raise Invalid(f"unknown settings keys {sorted(unknown)}; the keys are utcOffset and holidays", "settings")
@@ -113,12 +118,7 @@ class Settings:
 
 def decide(settings: Settings, metadata_json: str, now_ms: int):
     """(vote, reason) for one `schedule` trigger at `now_ms` (Unix ms)."""
-    try:
-        meta = json.loads(metadata_json)
-    except ValueError as e:
-        raise Invalid(f"trigger metadata is not valid JSON: {e}", "request.metadata")
-    if not isinstance(meta, dict):
-        raise Invalid("trigger metadata must be a JSON object", "request.metadata")
+    meta = json_object(metadata_json, "trigger metadata", "request.metadata")
     windows = meta.get("windows")
     if not isinstance(windows, list) or not windows:
         raise Invalid("metadata.windows must be a non-empty list such as ['Mon-Fri 08:00-18:00']", "request.metadata.windows")
