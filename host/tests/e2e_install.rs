@@ -241,6 +241,14 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "leases",
         &["get", "list", "watch", "create", "update"],
     ),
+    // Scaling: the resolver pods, whose IPs the public Services point at in proxy mode.
+    (
+        OPERATOR,
+        Scope::OperatorNamespace,
+        "",
+        "pods",
+        &["get", "list", "watch"],
+    ),
     // Events on the objects it reconciles and on the registry ConfigMap.
     (
         OPERATOR,
@@ -270,12 +278,15 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "dynamicenvs/status",
         &["patch"],
     ),
+    // Scaling: ElasticServices (finalizer by patch), the private Services and resolver
+    // EndpointSlices they own (server-side apply), the public Services and their slices, the
+    // workloads' scale subresource and KEDA's pause annotations.
     (
         OPERATOR,
         Scope::Cluster,
         "wasmop.dev",
         "elasticservices",
-        &["get", "list", "watch"],
+        &["get", "list", "watch", "patch"],
     ),
     (
         OPERATOR,
@@ -283,6 +294,48 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "wasmop.dev",
         "elasticservices/status",
         &["patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "",
+        "services",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "discovery.k8s.io",
+        "endpointslices",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "deployments/scale",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "statefulsets/scale",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "argoproj.io",
+        "rollouts/scale",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "keda.sh",
+        "scaledobjects",
+        &["get", "patch"],
     ),
     // The resolver: where a request goes, and the demand annotation.
     (
