@@ -13,7 +13,7 @@
 # Cached: a plugin is rebuilt only when its sources, wit/, this script or the toolchain versions
 # change (a stamp of their sha256 beside each component). Toolchains come from
 # scripts/setup.d/50-plugin-toolchains.sh; a missing one is an error that says so. Each build's
-# wall time goes to OUT_DIR/build-times.txt.
+# wall time goes to OUT_DIR/build-times.txt. Concurrent runs on one OUT_DIR take turns.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,6 +24,9 @@ out=${1:-${CARGO_TARGET_DIR:-$root/target}/example-plugins}
 shift || true
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# One build at a time per directory (test binaries run this in parallel).
+exec 9>"$out/.lock"
+flock 9
 work="$out/work"
 mkdir -p "$work"
 

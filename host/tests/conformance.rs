@@ -41,20 +41,7 @@ fn cache_dir() -> PathBuf {
 /// The example plugins' directory, built once per test run.
 fn examples() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = target_dir().join("example-plugins");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/plugins/build.sh");
-        let status = Command::new(&script)
-            .arg(&out)
-            .env("CARGO_TARGET_DIR", target_dir())
-            .status()
-            .expect("run examples/plugins/build.sh");
-        assert!(
-            status.success(),
-            "examples/plugins/build.sh failed; are the plugin toolchains installed (scripts/setup.sh)?"
-        );
-        out
-    })
+    DIR.get_or_init(|| wasmop_tests::example_plugins(&target_dir(), &[]))
 }
 
 fn components() -> Vec<Component> {

@@ -337,6 +337,29 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Builds the example plugins `names` (directory names under examples/plugins, e.g.
+/// `c-business-hours-dr`; all of them when empty) with examples/plugins/build.sh into
+/// `<target>/example-plugins` and returns that directory. `target` is the Cargo target
+/// directory; the Rust example shares its `plugins/` build with the default plugins. Rebuilds
+/// only what changed; concurrent callers take turns.
+///
+/// # Panics
+/// When the build fails, e.g. a plugin toolchain is missing (scripts/setup.sh installs them).
+pub fn example_plugins(target: &std::path::Path, names: &[&str]) -> PathBuf {
+    let out = target.join("example-plugins");
+    let status = Command::new(repo_root().join("examples/plugins/build.sh"))
+        .arg(&out)
+        .args(names)
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .expect("run examples/plugins/build.sh");
+    assert!(
+        status.success(),
+        "examples/plugins/build.sh failed; are the plugin toolchains installed (scripts/setup.sh)?"
+    );
+    out
+}
+
 /// A kubeconfig that authenticates as ServiceAccount `ns/sa` (deploy/dev/sa-kubeconfig.sh).
 ///
 /// # Panics
