@@ -4,11 +4,14 @@
 //! operator runs from them as a local process under the chart's ServiceAccount and loads the
 //! chart's plugin registry; and the chart's RBAC is least privilege, asked of the API server:
 //! everything the operator and the resolver need is allowed, a list of what they must not have
-//! is denied, and the chart grants nothing beyond what they need.
+//! is denied, and the chart grants nothing beyond what they need. A plugin written in C is
+//! loaded by that operator from a `configmap://` source and its own settings check decides
+//! whether the registry entry serves.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -16,8 +19,9 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::Value;
+use wasmop::plugins::sha256_hex;
 use wasmop_tests::{Operator, eventually, install_crds, install_operator_rbac, with_temp_ns};
 
 const NS: &str = "wasmop-system";
@@ -207,6 +211,97 @@ async fn rendered_chart_installs_and_the_operator_runs_under_its_service_account
         }
         let log = operator.process.log();
         assert!(!log.contains("403") && !log.contains("forbidden"), "{log}");
+    })
+    .await;
+}
+
+/// The registry document of the C example `business-hours-dr` from ConfigMap
+/// `wasmop-plugin-bin`, as the DR state checker with `settings` (JSON).
+fn business_hours_registry(digest: &str, settings: &str) -> ConfigMap {
+    let doc = format!(
+        "plugins:\n  - name: business-hours\n    hook: dr\n    source: configmap://wasmop-plugin-bin/business-hours-dr.wasm\n    sha256: \"{digest}\"\n    settings: {settings}\n    failurePolicy: Fail\ndefaults: {{dr: business-hours}}\n"
+    );
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("wasmop-plugins".into());
+    cm.data = Some([("plugins.yaml".to_owned(), doc)].into());
+    cm
+}
+
+/// The `/plugins` entry `business-hours` once `pred` holds for it.
+async fn business_hours_entry(
+    operator: &Operator,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    eventually(what, TIMEOUT, async || {
+        let (status, body) = operator.get("/plugins")?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        let entry = v["plugins"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == "business-hours")?;
+        (status == 200 && pred(entry)).then(|| entry.clone())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_c_plugin_from_a_configmap_loads_and_its_settings_check_decides() {
+    // <target>/plugins/wasm32-wasip2/plugin -> <target>
+    let target = std::path::Path::new(env!("WASMOP_COMPONENTS_DIR"))
+        .ancestors()
+        .nth(3)
+        .unwrap();
+    let dir = wasmop_tests::example_plugins(target, &["c-business-hours-dr"]);
+    let wasm = std::fs::read(dir.join("business-hours-dr.wasm")).expect("the C example");
+    let digest = sha256_hex(&wasm);
+    with_temp_ns("install-c", |client: Client, ns: String| async move {
+        let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+        let mut bin = ConfigMap::default();
+        bin.metadata.name = Some("wasmop-plugin-bin".into());
+        bin.binary_data = Some([("business-hours-dr.wasm".to_owned(), ByteString(wasm))].into());
+        cms.create(&PostParams::default(), &bin)
+            .await
+            .expect("the component fits a ConfigMap");
+        let good = r#"{"utcOffsetMinutes": 60, "startHour": 8, "endHour": 18}"#;
+        cms.create(
+            &PostParams::default(),
+            &business_hours_registry(&digest, good),
+        )
+        .await
+        .unwrap();
+
+        let operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        let loaded =
+            business_hours_entry(&operator, "business-hours loaded", |p| p["ready"] == true).await;
+        assert_eq!(loaded["servingDigest"], digest.as_str(), "{loaded}");
+
+        // Settings the C code rejects: the entry fails with its message; the last good one serves.
+        let bad = r#"{"utcOffsetMinutes": 60, "startHour": 18, "endHour": 8}"#;
+        cms.patch(
+            "wasmop-plugins",
+            &PatchParams::apply("wasmop-e2e").force(),
+            &Patch::Apply(&business_hours_registry(&digest, bad)),
+        )
+        .await
+        .unwrap();
+        let failed = business_hours_entry(&operator, "business-hours rejects its settings", |p| {
+            p["reason"] == "LoadFailed"
+        })
+        .await;
+        assert_eq!(failed["ready"], false, "{failed}");
+        let message = failed["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("startHour must be before endHour"),
+            "{failed}"
+        );
+        assert_eq!(
+            failed["servingDigest"],
+            digest.as_str(),
+            "the last good version serves"
+        );
+        let log = operator.process.log();
+        assert!(!log.contains("forbidden"), "{log}");
     })
     .await;
 }
