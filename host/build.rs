@@ -21,6 +21,9 @@ fn main() {
     for dir in ["plugins", "wit", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    // WASMOP_COMPONENTS_DIR below names a path under the target directory: a target directory
+    // copied or moved elsewhere must not keep pointing at the old one.
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
     // Beside the outer build's artifacts (CARGO_TARGET_DIR when the caller set one).
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)

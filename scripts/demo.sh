@@ -18,10 +18,12 @@ eval "$(./deploy/dev/cluster.sh env)"
 echo "KUBECONFIG=$kubeconfig"
 kubectl get nodes -o wide
 
-step "installing CRDs, RBAC and the plugin registry"
+step "installing CRDs, the chart (deploy/manifests) and the demo's plugin registry"
 if compgen -G "crds/*.yaml" >/dev/null; then kubectl apply --server-side -f crds/; fi
-kubectl apply -f deploy/rbac/operator.yaml
-kubectl apply -f examples/plugins-configmap.yaml
+# The chart's ServiceAccounts, RBAC and registry; its Deployments' pods only run on kwok's
+# simulated nodes, the operator itself runs below as a local process under the chart's account.
+kubectl apply --server-side --force-conflicts -f deploy/manifests/
+kubectl apply --server-side --force-conflicts -f examples/plugins-configmap.yaml
 
 step "running the operator as system:serviceaccount:wasmop-system:wasmop"
 logs=$(./deploy/dev/cluster.sh logs)

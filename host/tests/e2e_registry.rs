@@ -1,6 +1,7 @@
-//! E2E: the plugin registry is hot-reloaded while `wasmop run` runs under the RBAC of
-//! deploy/rbac: a good new version takes effect; a bad one leaves the last good version serving,
-//! with a Warning Event on the ConfigMap and `PluginReady=False` on the DynamicEnv using it.
+//! E2E: the plugin registry is hot-reloaded while `wasmop run` runs under the chart's RBAC
+//! (deploy/manifests): a good new version takes effect; a bad one leaves the last good version
+//! serving, with a Warning Event on the ConfigMap and `PluginReady=False` on the DynamicEnv
+//! using it.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! E2E: `wasmop resolver` on the local control plane, under the RBAC of
-//! deploy/rbac/resolver.yaml. The test plays the ElasticService controller: it creates the
+//! the chart's RBAC (deploy/manifests). The test plays the ElasticService controller: it creates the
 //! ElasticService, the public and private Services and a Deployment at zero, watches for the
 //! demand annotation and scales the Deployment itself. kwok makes the pod Ready,
 //! kube-controller-manager writes the private Service's EndpointSlice, and the resolver forwards
@@ -25,7 +25,7 @@ use wasmop::api::elasticservice::{DEMAND_ANNOTATION, ElasticService};
 use wasmop::scaling::names::private_service_name;
 use wasmop::scaling::resolver::proxy::COLD_START_HEADER;
 use wasmop_tests::resolver::{HELLO, ResolverProcess, start_backend};
-use wasmop_tests::{eventually, kubectl_ok, repo_root, wait_until, with_temp_ns};
+use wasmop_tests::{eventually, kubectl_ok, wait_until, with_temp_ns};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmop");
 const TIMEOUT: Duration = Duration::from_secs(40);
@@ -319,13 +319,12 @@ async fn a_pod_that_refuses_connections_gets_502_after_the_retries() {
 #[test]
 fn the_resolver_deployment_is_accepted_by_the_api_server() {
     wasmop_tests::resolver::install_resolver_rbac();
-    let manifest = repo_root().join("deploy/resolver.yaml");
     let out = kubectl_ok(&[
         "apply",
         "--dry-run=server",
         "--validate=strict",
         "-f",
-        manifest.to_str().expect("a UTF-8 path"),
+        wasmop_tests::MANIFESTS_DIR,
     ]);
     assert!(out.contains("deployment.apps/wasmop-resolver"), "{out}");
 }

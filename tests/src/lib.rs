@@ -329,21 +329,55 @@ impl Drop for Process {
     }
 }
 
-/// Applies the operator's RBAC from `deploy/rbac/operator.yaml` (idempotent).
+/// The chart rendered with its default values (`deploy/manifests`: the namespace, then the
+/// ServiceAccounts, RBAC, Deployments, Services, PodDisruptionBudgets and the plugin registry of
+/// `deploy/helm/wasmop`).
+pub const MANIFESTS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/manifests");
+
+/// Installs the rendered chart (`deploy/manifests`) with server-side apply and strict field
+/// validation (idempotent), so the operator runs with exactly the chart's ServiceAccounts and
+/// RBAC. Pods of its Deployments only ever run on kwok's simulated nodes.
+///
+/// # Panics
+/// When kubectl fails.
 pub fn install_operator_rbac() {
     kubectl_ok(&[
         "apply",
+        "--server-side",
+        "--field-manager=wasmop-e2e",
+        "--force-conflicts",
+        "--validate=strict",
         "-f",
-        repo_root()
-            .join("deploy/rbac/operator.yaml")
-            .to_str()
-            .expect("a UTF-8 path"),
+        MANIFESTS_DIR,
     ]);
 }
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds the example plugins `names` (directory names under examples/plugins, e.g.
+/// `c-business-hours-dr`; all of them when empty) with examples/plugins/build.sh into
+/// `<target>/example-plugins` and returns that directory. `target` is the Cargo target
+/// directory; the Rust example shares its `plugins/` build with the default plugins. Rebuilds
+/// only what changed; concurrent callers take turns.
+///
+/// # Panics
+/// When the build fails, e.g. a plugin toolchain is missing (scripts/setup.sh installs them).
+pub fn example_plugins(target: &std::path::Path, names: &[&str]) -> PathBuf {
+    let out = target.join("example-plugins");
+    let status = Command::new(repo_root().join("examples/plugins/build.sh"))
+        .arg(&out)
+        .args(names)
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .expect("run examples/plugins/build.sh");
+    assert!(
+        status.success(),
+        "examples/plugins/build.sh failed; are the plugin toolchains installed (scripts/setup.sh)?"
+    );
+    out
 }
 
 /// A kubeconfig that authenticates as ServiceAccount `ns/sa` (deploy/dev/sa-kubeconfig.sh).
@@ -362,7 +396,7 @@ pub fn service_account_kubeconfig(ns: &str, sa: &str) -> PathBuf {
     out
 }
 
-/// The operator's namespace-scoped rules (ClusterRole `wasmop-namespace` of deploy/rbac) bound
+/// The operator's namespace-scoped rules (ClusterRole `wasmop-namespace` of the chart) bound
 /// in `ns` to ServiceAccount `wasmop-system/wasmop`, so an operator run with `--namespace ns`
 /// has there what it has in `wasmop-system` and nothing more.
 pub fn bind_operator_namespace(ns: &str) {
@@ -376,8 +410,8 @@ pub fn bind_operator_namespace(ns: &str) {
     kubectl_ok(&["apply", "-f", file.to_str().expect("a UTF-8 path")]);
 }
 
-/// `wasmop run` started for one test, as ServiceAccount `wasmop-system/wasmop` (the RBAC of
-/// deploy/rbac), with `--namespace` and `--watch-namespace` set to the test's namespace, so
+/// `wasmop run` started for one test, as ServiceAccount `wasmop-system/wasmop` (the chart's
+/// RBAC, from deploy/manifests), with `--namespace` and `--watch-namespace` set to the test's namespace, so
 /// that its registry ConfigMap, DR lease and Events stay there and tests running side by side
 /// never reconcile each other's objects. Killed on drop.
 pub struct Operator {

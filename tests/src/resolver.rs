@@ -20,20 +20,14 @@ use super::{
 /// The body of the backend's answers outside `/echo`.
 pub const HELLO: &str = "hello from the backend";
 
-/// Applies the resolver's RBAC from `deploy/rbac/resolver.yaml` (idempotent).
+/// Applies the resolver's ServiceAccount and RBAC, which the rendered chart in
+/// `deploy/manifests` holds next to the operator's (idempotent).
 pub fn install_resolver_rbac() {
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        repo_root()
-            .join("deploy/rbac/resolver.yaml")
-            .to_str()
-            .expect("a UTF-8 path"),
-    ]);
+    super::install_operator_rbac();
 }
 
 /// `wasmop resolver` started for one test as ServiceAccount `wasmop-system/wasmop-resolver`
-/// (the RBAC of deploy/rbac/resolver.yaml), watching only the test's namespace, with its proxy
+/// (the RBAC of the chart, rendered in deploy/manifests), watching only the test's namespace, with its proxy
 /// and admin servers on free loopback ports. Killed on drop.
 pub struct ResolverProcess {
     /// The process (its log is printed when the test fails).

@@ -1,0 +1,54 @@
+{{/* The prefix of every object name: the release name, with "-wasmop" unless it says wasmop. */}}
+{{- define "wasmop.fullname" -}}
+{{- if contains "wasmop" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-wasmop" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "wasmop.resolverName" -}}
+{{- printf "%s-resolver" (include "wasmop.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "wasmop.labels" -}}
+app.kubernetes.io/part-of: wasmop
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Operator pods. */}}
+{{- define "wasmop.selectorLabels" -}}
+app.kubernetes.io/name: wasmop
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Resolver pods: the ElasticService controller finds them by this name label. */}}
+{{- define "wasmop.resolverSelectorLabels" -}}
+app.kubernetes.io/name: wasmop-resolver
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "wasmop.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Non-root, no privilege escalation, read-only root filesystem, no capabilities. */}}
+{{- define "wasmop.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "wasmop.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: ["ALL"]
+{{- end -}}

@@ -1,0 +1,3 @@
+module example.com/wasmop/max-age-restart
+
+go 1.24
