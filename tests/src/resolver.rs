@@ -13,8 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::{
-    Process, dump_dir, eventually, free_port, http_get, install_crds, kubectl_ok, repo_root,
-    service_account_kubeconfig,
+    Process, dump_dir, eventually, free_port, http_get, install_crds, service_account_kubeconfig,
 };
 
 /// The body of the backend's answers outside `/echo`.
