@@ -21,6 +21,9 @@
 #                     default ~/.cache/wasmop/dev-cluster
 #   WASMOP_CACHE      where install.sh puts the binaries, default ~/.cache/wasmop
 #   WASMOP_DEV_NODES  number of fake nodes, default 2
+#   WASMOP_DEV_PORT_OFFSET  added to every port below (default 0), to run a
+#                     second cluster beside the first with its own WASMOP_DEV_DIR
+#                     (use a multiple of 1000)
 #
 # Ports on 127.0.0.1: etcd 23790 (client) and 23800 (peer), kube-apiserver
 # 16443, kube-controller-manager 16257, kube-scheduler 16259, kwok 16247.
@@ -38,12 +41,13 @@ READY_MARK=$STATE/ready
 ADMIN_KUBECONFIG=$STATE/admin.kubeconfig
 NODES=${WASMOP_DEV_NODES:-2}
 
-ETCD_PORT=23790
-ETCD_PEER_PORT=23800
-APISERVER_PORT=16443
-CONTROLLER_MANAGER_PORT=16257
-SCHEDULER_PORT=16259
-KWOK_PORT=16247
+PORT_OFFSET=${WASMOP_DEV_PORT_OFFSET:-0}
+ETCD_PORT=$((23790 + PORT_OFFSET))
+ETCD_PEER_PORT=$((23800 + PORT_OFFSET))
+APISERVER_PORT=$((16443 + PORT_OFFSET))
+CONTROLLER_MANAGER_PORT=$((16257 + PORT_OFFSET))
+SCHEDULER_PORT=$((16259 + PORT_OFFSET))
+KWOK_PORT=$((16247 + PORT_OFFSET))
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1 # first address of SERVICE_CIDR: the `kubernetes` Service
 POD_CIDR=10.244.0.0/16
