@@ -20,6 +20,9 @@ cluster="$root/deploy/dev/cluster.sh"
 started=0
 if ! "$cluster" status >/dev/null 2>&1; then
   step "starting the local control plane"
+  # From an empty etcd: a control plane stopped without `down` (a machine shut down) leaves
+  # its data behind, and objects of an older checkout (RBAC above all) would skew the tests.
+  "$cluster" down >/dev/null 2>&1 || true
   "$cluster" up >/dev/null
   started=1
 fi
