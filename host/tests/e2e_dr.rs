@@ -357,6 +357,7 @@ async fn moto_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
+        .http_client(wasmop::dr::dynamodb::http_client())
         .credentials_provider(creds)
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)

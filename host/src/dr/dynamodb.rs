@@ -39,17 +39,21 @@ pub struct DynamoDbLease {
 /// The STS session name of the assumed role.
 const SESSION_NAME: &str = "wasmop-dr";
 
+/// The SDK's HTTP client: hyper with rustls on ring (the crypto of the rest of wasmop).
+pub fn http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
 impl DynamoDbLease {
     /// A client for `config`: its region, endpoint override and role.
     pub async fn new(config: &DynamoDbConfig) -> Self {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(aws_config::Region::new(config.region.clone()))
-            .http_client(http)
+            .http_client(http_client())
             .retry_config(RetryConfig::disabled());
         if let Some(endpoint) = &config.endpoint {
             loader = loader.endpoint_url(endpoint);
