@@ -50,6 +50,11 @@ const Y: u64 = 3;
 const MARGIN: Duration = Duration::from_millis(1500);
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// (y+1)·x.
+fn failover_bound() -> Duration {
+    Duration::from_secs((Y + 1) * X)
+}
+
 /// The registry with the `dr-lease` plugin and `settings` (JSON) as the DR entry.
 async fn registry(client: &Client, ns: &str, settings: serde_json::Value) {
     let doc = format!(
@@ -64,34 +69,31 @@ async fn registry(client: &Client, ns: &str, settings: serde_json::Value) {
         .expect("create the registry");
 }
 
-/// A Deployment and a Service `web` for the ElasticServices to name.
-async fn workload(client: &Client, ns: &str) {
+/// A Deployment and a Service `name`, and an ElasticService `name` for them.
+async fn elastic_service(client: &Client, ns: &str, name: &str) -> Api<ElasticService> {
     create_in::<Deployment>(
         client,
         ns,
-        json!({"metadata": {"name": "web"},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                        "template": {"metadata": {"labels": {"app": "web"}},
+        json!({"metadata": {"name": name},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
                                      "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}}}}),
     )
     .await;
     create_in::<Service>(
         client,
         ns,
-        json!({"metadata": {"name": "web"},
-               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
+        json!({"metadata": {"name": name},
+               "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80}]}}),
     )
     .await;
-}
-
-async fn elastic_service(client: &Client, ns: &str, name: &str) -> Api<ElasticService> {
     create_in::<ElasticService>(
         client,
         ns,
         json!({"apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
                "metadata": {"name": name},
-               "spec": {"service": "web", "cooldownPeriod": 300,
-                        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}),
+               "spec": {"service": name, "cooldownPeriod": 300,
+                        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}}}),
     )
     .await;
     Api::namespaced(client.clone(), ns)
@@ -191,7 +193,6 @@ async fn k8s_lease_takeover_after_sigkill() {
             json!({"waitTimeInSeconds": X, "failureThreshold": Y, "leaseName": "dr-e2e"}),
         )
         .await;
-        workload(&client, &ns).await;
         let since = Timestamp::now();
         let (a, b) = start_pair(&ns, &peer, &[], &[]).await;
         let watch = HealthWatch::start(&[("a", &a.addr), ("b", &b.addr)]);
@@ -221,13 +222,13 @@ async fn k8s_lease_takeover_after_sigkill() {
         wait_readonly(
             &b,
             200,
-            (Y + 1) * Duration::from_secs(X) + MARGIN + Duration::from_secs(2),
+            failover_bound() + MARGIN + Duration::from_secs(2),
             "b to take over",
         )
         .await;
         let failover = killed.elapsed();
         assert!(
-            failover <= (Y + 1) * Duration::from_secs(X) + MARGIN,
+            failover <= failover_bound() + MARGIN,
             "took over {failover:?} after the kill"
         );
         wait_reconciled(&client, &ns, "after").await;
@@ -301,7 +302,6 @@ async fn k8s_lease_cut_off_active_demotes_before_takeover() {
             json!({"waitTimeInSeconds": X, "failureThreshold": Y}),
         )
         .await;
-        workload(&client, &ns).await;
         let since = Timestamp::now();
         let (a, b) = start_pair(&ns, &peer, &[], &[]).await;
         elastic_service(&client, &ns, "busy").await;
@@ -401,7 +401,6 @@ async fn dynamodb_cut_off_and_sigkill_fail_over() {
                                 "waitTimeInSeconds": X, "failureThreshold": Y}}),
         )
         .await;
-        workload(&client, &ns).await;
         // A reaches moto through a proxy the test can cut; B directly. The endpoint comes from
         // the SDK's own environment variable, per process.
         let proxy = CutProxy::start(&moto.addr).await;
@@ -460,12 +459,12 @@ async fn dynamodb_cut_off_and_sigkill_fail_over() {
         let killed = Instant::now();
         drop(b);
         elastic_service(&client, &ns, "after").await;
-        wait_readonly(&a, 200, (Y + 1) * Duration::from_secs(X) + MARGIN + Duration::from_secs(2), "a to take over").await;
+        wait_readonly(&a, 200, failover_bound() + MARGIN + Duration::from_secs(2), "a to take over").await;
         let failover = killed.elapsed();
         // DynamoDB keeps whole seconds, rounded up: a record can look up to 1 s younger than
         // it is, which delays a takeover by as much.
         assert!(
-            failover <= (Y + 1) * Duration::from_secs(X) + Duration::from_secs(1) + MARGIN,
+            failover <= failover_bound() + Duration::from_secs(1) + MARGIN,
             "took over {failover:?} after the kill"
         );
         wait_reconciled(&client, &ns, "after").await;
