@@ -84,6 +84,7 @@ start() {
   KUBECONFIG=$sa_kubeconfig "$bin" run --namespace "$ns" --watch-namespace "$ns" \
     --listen "${addr[$1]}" --identity "dr-demo-$1" >"$logs/wasmop-dr-demo-$1.log" 2>&1 &
   pid[$1]=$!
+  disown "${pid[$1]}" # no job-control notice when it is killed
 }
 
 say "dr: starting dr-demo-a; it creates the Lease and becomes active"

@@ -212,8 +212,10 @@ mod tests {
         assert_eq!(s.acquire_time, s.renew_time);
         assert_eq!(record_of(&taken).notes, "Created at 1700000000");
 
-        let mut empty = Lease::default();
-        empty.spec = Some(LeaseSpec::default());
+        let empty = Lease {
+            spec: Some(LeaseSpec::default()),
+            ..Lease::default()
+        };
         assert_eq!(
             record_of(&empty),
             Record {

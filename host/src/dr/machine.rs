@@ -247,7 +247,11 @@ impl Machine {
     pub fn reconfigure(&mut self, config: DrConfig) {
         self.config = config;
         if let (Some(d), Some(a)) = (self.deadline, &self.last_written) {
-            self.deadline = Some(d.min(a.at + self.config.hold()));
+            let shorter = d.min(a.at + self.config.hold());
+            self.deadline = Some(shorter);
+            if self.active {
+                self.gate.set_active_until(shorter);
+            }
         }
         self.publish(|_| {});
     }
@@ -519,6 +523,10 @@ impl Machine {
         );
         if result.is_ok() {
             self.last_written = self.last_attempt.clone();
+            self.publish(|s| {
+                s.holder = Some(record.owner.clone());
+                s.holder_updated_ms = Some(record.updated_ms);
+            });
         }
         match &result {
             Ok(()) if active => {

@@ -8,12 +8,12 @@
 //!              backend.write(action, CAS on the read) ──► gate open until the hold ends, or closed
 //! ```
 //!
-//! - [`config`]: the `dr` plugin entry's `settings` (Admiral's `dynamoDB:` block accepted);
-//! - [`backend`]: the record store trait; [`k8s_lease`] (default) and [`dynamodb`];
-//! - [`machine`]: one tick, the hold and every transition rule;
-//! - [`metrics`]: `wasmop_dr_*`;
-//! - this module: the loop of `wasmop run` (settings from the registry, re-read on every reload)
-//!   and `/dr`.
+//! - [`config`] reads the `dr` plugin entry's `settings` (Admiral's `dynamoDB:` block accepted);
+//! - [`backend`] is the record store trait, with [`k8s_lease`] (default) and [`dynamodb`];
+//! - [`machine`] holds one tick, the hold and every transition rule;
+//! - [`metrics`] counts `wasmop_dr_*`;
+//! - this module runs the loop of `wasmop run` (settings from the registry, re-read on every
+//!   reload) and serves `/dr`.
 //!
 //! docs/dr.md has the whole picture: the decision table, the exact boundaries, the backends.
 

@@ -678,6 +678,17 @@ async fn a_shorter_hold_applies_to_the_current_lease() {
     assert_eq!(a.gate.deadline(), Some(t + secs(9.0)));
     a.machine.reconfigure(config(1, 3, 0));
     assert_eq!(a.machine.deadline(), Some(t + secs(2.5)));
+    assert_eq!(
+        a.gate.deadline(),
+        Some(t + secs(2.5)),
+        "the gate's deadline too"
+    );
+    a.machine.reconfigure(config(2, 5, 0));
+    assert_eq!(
+        a.gate.deadline(),
+        Some(t + secs(2.5)),
+        "a longer hold waits for a write"
+    );
 }
 
 // -------------------------------------------------------------------------------------------
