@@ -1,8 +1,8 @@
 //! The `dynamodb` DR backend against a real DynamoDB-compatible server: moto in server mode on
 //! loopback (scripts/setup.d/40-moto.sh). Consistent reads, conditional create / renew /
 //! takeover, an Admiral-style unconditional write between a read and a write failing the
-//! compare-and-swap, Admiral's item without an owner, whole seconds rounded up, and an
-//! unreachable endpoint.
+//! compare-and-swap, Admiral's item without an owner, whole seconds rounded up, a role assumed
+//! through STS (moto's STS, on the same endpoint), and an unreachable endpoint.
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
@@ -182,4 +182,41 @@ async fn an_unreachable_endpoint_is_a_clear_error() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_role_is_assumed_through_sts() {
+    let moto = Moto::start("dr-dynamodb-sts").await;
+    create_table(&client(&moto.endpoint)).await;
+    // The base credentials are static (not the environment's); the role's come from STS.
+    let base = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&moto.endpoint)
+        .http_client(wasmop::dr::dynamodb::http_client())
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .load()
+        .await;
+    let role = "arn:aws:iam::123456789012:role/admiral";
+    let mut cfg = config(&moto.endpoint, "sts");
+    cfg.role = Some(role.into());
+    let lease = DynamoDbLease::from_sdk_config(base, &cfg).await;
+    let a = record("a", 1_700_000_001_000, "Created at 1700000000");
+    lease.write(LeaseAction::Create, None, &a, 3).await.unwrap();
+    assert_eq!(lease.read().await.unwrap().unwrap().record, a);
+    // moto keeps the sessions it issued.
+    let (_, body) =
+        wasmop_tests::http_get(&moto.addr, "/moto-api/data.json").expect("moto's state");
+    let state: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let sessions = state["sts"]["AssumedRole"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        sessions
+            .iter()
+            .any(|s| s["role_arn"] == role && s["session_name"] == "wasmop-dr"),
+        "no AssumeRole session for {role}: {sessions:?}"
+    );
 }

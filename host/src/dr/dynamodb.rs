@@ -49,7 +49,8 @@ pub fn http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
 }
 
 impl DynamoDbLease {
-    /// A client for `config`: its region, endpoint override and role.
+    /// A client for `config`: the AWS default credential chain, its region and endpoint
+    /// override, and its role.
     pub async fn new(config: &DynamoDbConfig) -> Self {
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(aws_config::Region::new(config.region.clone()))
@@ -58,7 +59,13 @@ impl DynamoDbLease {
         if let Some(endpoint) = &config.endpoint {
             loader = loader.endpoint_url(endpoint);
         }
-        let mut sdk = loader.load().await;
+        Self::from_sdk_config(loader.load().await, config).await
+    }
+
+    /// A client over `sdk` (credentials, region, endpoint, HTTP client); with `config.role`
+    /// set, its credentials are exchanged through STS `AssumeRole` (session `wasmop-dr`) for
+    /// the role's.
+    pub async fn from_sdk_config(mut sdk: aws_config::SdkConfig, config: &DynamoDbConfig) -> Self {
         if let Some(role) = &config.role {
             let provider = aws_config::sts::AssumeRoleProvider::builder(role)
                 .session_name(SESSION_NAME)
