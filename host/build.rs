@@ -10,6 +10,7 @@ const PLUGINS: &[&str] = &[
     "scaling-prometheus",
     "restart-sidecar",
     "dr-lease",
+    "dr-none",
 ];
 /// Test-only components, built alongside; their directory is exported as `WASMOP_COMPONENTS_DIR`.
 const FIXTURES: &[&str] = &["wasmop-hostile-fixture"];

@@ -334,7 +334,7 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         Scope::OperatorNamespace,
         "coordination.k8s.io",
         "leases",
-        &["get", "list", "watch", "create", "update"],
+        &["get", "create", "update"],
     ),
     // Scaling: the resolver pods, whose IPs the public Services point at in proxy mode.
     (

@@ -203,7 +203,7 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
                 .iter()
                 .filter(|p| p["ready"] == true)
                 .count()
-                == 4;
+                == wasmop::plugins::builtin::BUILTINS.len();
             Some((v["configError"].as_str()?.to_owned(), builtins_ready))
         };
         let (missing, ready) = eventually("the missing ConfigMap reported", TIMEOUT, async || {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{
-    CallError, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
+    CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
     RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
 };
 
@@ -233,7 +233,27 @@ async fn every_default_plugin_answers_through_the_host() {
         .apply(RegistryConfig::default(), &LocalFetch::default())
         .await;
     assert!(report.failed.is_empty(), "{report:?}");
-    assert_eq!(report.loaded.len(), 4);
+    assert_eq!(
+        report.loaded.len(),
+        5,
+        "four defaults and the `none` state checker"
+    );
+
+    // `none`, the state checker of single instances: always active, no lease write.
+    let none = registry.resolve(Hook::Dr, Some("none")).unwrap();
+    let d = none
+        .check(StateRequest {
+            identity: "solo".into(),
+            now: 100_000,
+            lease: None,
+            wait_time_seconds: 5,
+            failure_threshold: 3,
+            started_at: 0,
+            warmup_seconds: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!((d.state, d.action), (DrState::Active, LeaseAction::None));
 
     let dr = registry.resolve(Hook::Dr, None).unwrap();
     let d = dr

@@ -4,6 +4,7 @@
 //! Every test works in its own throwaway namespace ([`with_temp_ns`]); when a test fails, the
 //! namespace's objects are dumped to stderr and to `target/e2e-dumps/<namespace>.yaml`.
 
+pub mod dr;
 pub mod prometheus;
 
 use std::future::Future;

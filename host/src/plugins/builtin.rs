@@ -13,7 +13,8 @@ pub struct Builtin {
     pub wasm: &'static [u8],
 }
 
-/// Every default plugin, one per hook.
+/// Every builtin plugin: the default of each hook first, then `none` (the DR state checker of
+/// single-instance installs).
 pub const BUILTINS: &[Builtin] = &[
     Builtin {
         name: "routing-istio",
@@ -35,6 +36,11 @@ pub const BUILTINS: &[Builtin] = &[
         hook: Hook::Dr,
         wasm: include_bytes!(concat!(env!("OUT_DIR"), "/dr_lease.wasm")),
     },
+    Builtin {
+        name: "none",
+        hook: Hook::Dr,
+        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/dr_none.wasm")),
+    },
 ];
 
 /// The builtin called `name`, if any.
@@ -42,7 +48,7 @@ pub fn find(name: &str) -> Option<&'static Builtin> {
     BUILTINS.iter().find(|b| b.name == name)
 }
 
-/// The builtin for `hook` (each hook has exactly one).
+/// The default builtin for `hook` (the first of [`BUILTINS`] for it).
 pub fn for_hook(hook: Hook) -> &'static Builtin {
     BUILTINS
         .iter()

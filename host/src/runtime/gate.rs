@@ -8,9 +8,16 @@
 //! everything again once the instance becomes active.
 //!
 //! The DR loop's own lease writes are the only writes that bypass the gate.
+//!
+//! An active instance holds its lease only until a deadline on its own monotonic clock
+//! ([`WriteGate::set_active_until`], see `crate::dr`): past it the gate refuses by itself, even
+//! before the DR loop notices, and a write still in flight at the deadline is abandoned (the
+//! [`Writer`] bounds every request by it), so nothing is sent once another instance may have
+//! taken over.
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use futures::Stream;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -20,6 +27,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::FIELD_MANAGER;
 
@@ -65,10 +73,12 @@ impl WriteError {
     }
 }
 
-/// Active (writes allowed) or passive, with a channel that tells watchers of every change.
+/// Active (writes allowed) or passive, with a channel that tells watchers of every change,
+/// and an optional deadline past which an active gate refuses by itself.
 #[derive(Debug)]
 pub struct WriteGate {
     active: watch::Sender<bool>,
+    deadline: Mutex<Option<Instant>>,
 }
 
 impl WriteGate {
@@ -76,16 +86,34 @@ impl WriteGate {
     pub fn new(active: bool) -> Arc<Self> {
         Arc::new(Self {
             active: watch::Sender::new(active),
+            deadline: Mutex::new(None),
         })
     }
 
-    /// Whether writes are allowed now.
+    /// Whether writes are allowed now: active, and before the deadline if there is one.
     pub fn is_active(&self) -> bool {
-        *self.active.borrow()
+        *self.active.borrow() && self.deadline().is_none_or(|d| Instant::now() < d)
     }
 
-    /// Sets the state; returns whether it changed.
+    /// The instant (tokio's monotonic clock) until which an active gate stays open, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the state without a deadline; returns whether it changed.
     pub fn set_active(&self, active: bool) -> bool {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.flip(active)
+    }
+
+    /// Opens the gate until `deadline` (a lease held until then); returns whether the state
+    /// changed. Calling it again moves the deadline (a renewal).
+    pub fn set_active_until(&self, deadline: Instant) -> bool {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some(deadline);
+        self.flip(true)
+    }
+
+    fn flip(&self, active: bool) -> bool {
         self.active.send_if_modified(|current| {
             let changed = *current != active;
             *current = active;
@@ -176,6 +204,28 @@ impl Writer {
         })
     }
 
+    /// Checks the gate, sends `request` bounded by the gate's deadline (abandoned, as
+    /// [`WriteError::Passive`], if the lease runs out first) and counts the outcome.
+    async fn send<T>(
+        &self,
+        verb: &'static str,
+        kind: &str,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
+        self.gated(verb, kind)?;
+        let result = match self.gate.deadline() {
+            Some(deadline) => match tokio::time::timeout_at(deadline, request).await {
+                Ok(r) => r,
+                Err(_) => {
+                    crate::metrics::write(verb, kind, WriteError::Passive.label());
+                    return Err(WriteError::Passive);
+                }
+            },
+            None => request.await,
+        };
+        self.record(verb, kind, result)
+    }
+
     /// Server-side apply of `object` (a partial object with `apiVersion` and `kind`) as
     /// [`FIELD_MANAGER`], forcing ownership of the fields it names.
     ///
@@ -187,13 +237,9 @@ impl Writer {
         P: Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("apply", &kind)?;
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        self.record(
-            "apply",
-            &kind,
-            api.patch(name, &pp, &Patch::Apply(object)).await,
-        )
+        self.send("apply", &kind, api.patch(name, &pp, &Patch::Apply(object)))
+            .await
     }
 
     /// Server-side apply of the status subresource (`object` holds `apiVersion`, `kind` and
@@ -231,13 +277,13 @@ impl Writer {
         P: Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("apply_status", &kind)?;
         let pp = PatchParams::apply(field_manager).force();
-        self.record(
+        self.send(
             "apply_status",
             &kind,
-            api.patch_status(name, &pp, &Patch::Apply(object)).await,
+            api.patch_status(name, &pp, &Patch::Apply(object)),
         )
+        .await
     }
 
     /// Any patch (merge, strategic, JSON) of the object.
@@ -255,12 +301,11 @@ impl Writer {
         P: Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("patch", &kind)?;
         let pp = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        self.record("patch", &kind, api.patch(name, &pp, patch).await)
+        self.send("patch", &kind, api.patch(name, &pp, patch)).await
     }
 
     /// Any patch of the status subresource.
@@ -278,16 +323,12 @@ impl Writer {
         P: Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("patch_status", &kind)?;
         let pp = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        self.record(
-            "patch_status",
-            &kind,
-            api.patch_status(name, &pp, patch).await,
-        )
+        self.send("patch_status", &kind, api.patch_status(name, &pp, patch))
+            .await
     }
 
     /// A patch of the `scale` subresource (e.g. `{"spec":{"replicas":N}}` as a merge patch).
@@ -305,16 +346,12 @@ impl Writer {
         P: Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("patch_scale", &kind)?;
         let pp = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        self.record(
-            "patch_scale",
-            &kind,
-            api.patch_scale(name, &pp, patch).await,
-        )
+        self.send("patch_scale", &kind, api.patch_scale(name, &pp, patch))
+            .await
     }
 
     /// Creates `object`.
@@ -326,12 +363,11 @@ impl Writer {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("create", &kind)?;
         let pp = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
         };
-        self.record("create", &kind, api.create(&pp, object).await)
+        self.send("create", &kind, api.create(&pp, object)).await
     }
 
     /// Replaces `object` (an update carrying its `resourceVersion`, so a concurrent change
@@ -344,12 +380,12 @@ impl Writer {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
     {
         let kind = K::kind(&());
-        self.gated("replace", &kind)?;
         let pp = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
         };
-        self.record("replace", &kind, api.replace(name, &pp, object).await)
+        self.send("replace", &kind, api.replace(name, &pp, object))
+            .await
     }
 
     /// Deletes the object (background propagation); returns whether it existed.
@@ -361,12 +397,14 @@ impl Writer {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
         let kind = K::kind(&());
-        self.gated("delete", &kind)?;
-        match self.record(
-            "delete",
-            &kind,
-            api.delete(name, &DeleteParams::background()).await,
-        ) {
+        match self
+            .send(
+                "delete",
+                &kind,
+                api.delete(name, &DeleteParams::background()),
+            )
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),
@@ -385,7 +423,8 @@ impl Writer {
         note: impl Into<String>,
     ) {
         let note = note.into();
-        if self.gated("event", "Event").is_err() {
+        if !self.gate.is_active() {
+            crate::metrics::write("event", "Event", WriteError::Passive.label());
             tracing::debug!(reason, %note, "passive: Event not recorded");
             return;
         }
@@ -396,11 +435,14 @@ impl Writer {
             action: action.into(),
             secondary: None,
         };
-        let result = self.recorder.publish(&event, reference).await;
-        if let Err(e) = &result {
+        let result = self
+            .send("event", "Event", self.recorder.publish(&event, reference))
+            .await;
+        if let Err(e) = &result
+            && !matches!(e, WriteError::Passive)
+        {
             tracing::warn!("cannot record Event {reason}: {e}");
         }
-        let _ = self.record("event", "Event", result);
     }
 }
 
@@ -428,6 +470,44 @@ mod tests {
             .expect("every promotion is announced")
             .expect("the stream lives");
         assert!(matches!(gate.check(), Ok(())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_closes_the_gate_and_abandons_writes_in_flight() {
+        let gate = WriteGate::new(false);
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
+        assert!(gate.set_active_until(deadline));
+        assert!(gate.is_active());
+        assert!(
+            !gate.set_active_until(deadline),
+            "a renewal is no transition"
+        );
+        let writer = Writer::new(gate.clone(), test_recorder());
+        let never = std::future::pending::<Result<(), kube::Error>>();
+        let started = Instant::now();
+        let r = writer.send("patch", "Thing", never).await;
+        assert!(matches!(r, Err(WriteError::Passive)), "{r:?}");
+        assert_eq!(started.elapsed(), std::time::Duration::from_secs(2));
+        assert!(
+            !gate.is_active(),
+            "past the deadline the gate refuses by itself"
+        );
+        assert!(matches!(gate.check(), Err(WriteError::Passive)));
+        gate.set_active(true);
+        assert!(gate.is_active(), "no deadline");
+        assert_eq!(gate.deadline(), None);
+    }
+
+    fn test_recorder() -> Recorder {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        Recorder::new(
+            client,
+            kube::runtime::events::Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        )
     }
 
     #[test]

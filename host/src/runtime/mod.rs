@@ -104,6 +104,8 @@ pub struct Context {
     pub writer: Writer,
     /// The options the operator was started with.
     pub options: RunOptions,
+    /// The DR loop's view of the lease (`/dr`).
+    pub dr: Arc<crate::dr::machine::Status>,
     extra_ca_pem: Option<Vec<u8>>,
     registry_loaded: AtomicBool,
     reloads: watch::Sender<u64>,
@@ -138,6 +140,7 @@ impl Context {
             registry,
             writer: Writer::new(WriteGate::new(false), recorder),
             options,
+            dr: Arc::default(),
             extra_ca_pem,
             registry_loaded: AtomicBool::new(false),
             reloads: watch::Sender::new(0),

@@ -1,6 +1,12 @@
 //! Keeps the plugin registry in sync with ConfigMap `wasmop-plugins` in the operator namespace
 //! (hot reload), with a Warning Event on the ConfigMap for every entry that fails to load and
 //! a fallback to the builtin defaults when the ConfigMap is missing, deleted or invalid.
+//!
+//! Events are writes: while this instance is passive (DR) they are kept (the latest
+//! [`MAX_PENDING_EVENTS`]) and recorded once it is promoted, so the reload that happened at
+//! start, before the first lease write, is still reported.
+
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
@@ -36,6 +42,30 @@ impl Fetch for KubeFetch {
     }
 }
 
+/// How many Events a passive instance keeps for its promotion.
+pub const MAX_PENDING_EVENTS: usize = 16;
+
+/// Events not recorded yet because this instance was passive.
+#[derive(Default)]
+struct Outbox(Mutex<Vec<(ObjectReference, EventType, String, String)>>);
+
+impl Outbox {
+    fn keep(&self, event: (ObjectReference, EventType, String, String)) {
+        let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() == MAX_PENDING_EVENTS {
+            pending.remove(0);
+        }
+        pending.push(event);
+    }
+
+    async fn flush(&self, ctx: &Context) {
+        let pending = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for (reference, type_, reason, note) in pending {
+            publish(ctx, self, &reference, type_, &reason, note).await;
+        }
+    }
+}
+
 /// Watches `wasmop-plugins` and applies every change to the registry.
 pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ctx.namespace());
@@ -48,15 +78,27 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let cfg =
         watcher::Config::default().fields(&format!("metadata.name={}", registry::CONFIGMAP_NAME));
     let mut events = watcher(api, cfg).boxed();
+    let mut promotions = Box::pin(ctx.gate().promotions());
+    let outbox = &Outbox::default();
     let mut seen_in_init = false;
-    while let Some(event) = events.next().await {
+    loop {
+        let event = tokio::select! {
+            event = events.next() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            Some(()) = promotions.next() => {
+                outbox.flush(&ctx).await;
+                continue;
+            }
+        };
         match event {
             Ok(watcher::Event::Init) => seen_in_init = false,
             Ok(watcher::Event::InitApply(cm)) => {
                 seen_in_init = true;
-                apply_configmap(&ctx, &fetch, &cm).await;
+                apply_configmap(&ctx, &fetch, outbox, &cm).await;
             }
-            Ok(watcher::Event::Apply(cm)) => apply_configmap(&ctx, &fetch, &cm).await,
+            Ok(watcher::Event::Apply(cm)) => apply_configmap(&ctx, &fetch, outbox, &cm).await,
             Ok(watcher::Event::InitDone) if !seen_in_init => {
                 // No ConfigMap to attach the Event to: it goes on the operator's namespace.
                 let ns = ObjectReference {
@@ -65,13 +107,22 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                     name: Some(ctx.namespace().to_owned()),
                     ..ObjectReference::default()
                 };
-                fall_back(&ctx, &fetch, "not found", &ns, "PluginsConfigMissing").await;
+                fall_back(
+                    &ctx,
+                    &fetch,
+                    outbox,
+                    "not found",
+                    &ns,
+                    "PluginsConfigMissing",
+                )
+                .await;
             }
             Ok(watcher::Event::InitDone) => {}
             Ok(watcher::Event::Delete(cm)) => {
                 fall_back(
                     &ctx,
                     &fetch,
+                    outbox,
                     "was deleted",
                     &cm.object_ref(&()),
                     "PluginsConfigDeleted",
@@ -84,7 +135,7 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     anyhow::bail!("the ConfigMap watch ended")
 }
 
-async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
+async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, cm: &ConfigMap) {
     let reference = cm.object_ref(&());
     let doc = cm
         .data
@@ -98,7 +149,15 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
         Ok(config) => config,
         Err(error) => {
             let what = format!("is invalid: {error}");
-            return fall_back(ctx, fetch, &what, &reference, "PluginsConfigInvalid").await;
+            return fall_back(
+                ctx,
+                fetch,
+                outbox,
+                &what,
+                &reference,
+                "PluginsConfigInvalid",
+            )
+            .await;
         }
     };
     let report = ctx.registry.apply(config, fetch).await;
@@ -108,6 +167,7 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
         let note = format!("plugin {name}: {error}; the last good version (if any) keeps serving");
         publish(
             ctx,
+            outbox,
             &reference,
             EventType::Warning,
             "PluginLoadFailed",
@@ -117,7 +177,15 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
     }
     if !report.loaded.is_empty() {
         let note = format!("loaded {}", report.loaded.join(", "));
-        publish(ctx, &reference, EventType::Normal, "PluginsLoaded", note).await;
+        publish(
+            ctx,
+            outbox,
+            &reference,
+            EventType::Normal,
+            "PluginsLoaded",
+            note,
+        )
+        .await;
     }
 }
 
@@ -126,6 +194,7 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: &ConfigMap) {
 async fn fall_back(
     ctx: &Context,
     fetch: &KubeFetch,
+    outbox: &Outbox,
     what: &str,
     reference: &ObjectReference,
     event_reason: &str,
@@ -139,7 +208,15 @@ async fn fall_back(
     let report = ctx.registry.apply_fallback(reason.clone(), fetch).await;
     log_report(&report);
     ctx.registry_reloaded();
-    publish(ctx, reference, EventType::Warning, event_reason, reason).await;
+    publish(
+        ctx,
+        outbox,
+        reference,
+        EventType::Warning,
+        event_reason,
+        reason,
+    )
+    .await;
 }
 
 fn log_report(report: &ReloadReport) {
@@ -157,12 +234,17 @@ fn log_report(report: &ReloadReport) {
 
 async fn publish(
     ctx: &Context,
+    outbox: &Outbox,
     reference: &ObjectReference,
     type_: EventType,
     reason: &str,
     note: String,
 ) {
-    ctx.writer
-        .event(reference, type_, reason, "Reload", note)
-        .await;
+    if ctx.gate().is_active() {
+        ctx.writer
+            .event(reference, type_, reason, "Reload", note)
+            .await;
+    } else {
+        outbox.keep((reference.clone(), type_, reason.to_owned(), note));
+    }
 }

@@ -7,6 +7,7 @@
 //! | `/health/ready` | Admiral's health check (reference/dr.md §2): 200; with `?checkifreadonly=true`, 502 while passive and 200 while active; an unparseable value gives 400 |
 //! | `/metrics` | Prometheus text format (see [`crate::metrics`]) |
 //! | `/plugins` | the registry's entries and their readiness, as JSON |
+//! | `/dr` | the DR loop's view: state, identity, backend, holder, hold left, last error (JSON) |
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub fn router(ctx: Arc<Context>) -> Router {
         .route("/plugins", get(plugins))
         .with_state(ctx.clone())
         .merge(health_router(ctx.gate().clone()))
+        .merge(crate::dr::router(ctx.dr.clone()))
 }
 
 /// `/health/ready` alone, over a gate (the DR part of the server).

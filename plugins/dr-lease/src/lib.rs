@@ -1,20 +1,30 @@
 //! The default `dr` plugin: decides, once per tick, whether this instance is active or passive
 //! and which lease write it makes. The rules follow Admiral's DynamoDB state checker
-//! (reference/dr.md §1), with its boundaries made exact:
+//! (reference/dr.md §1), with its boundaries made exact. The first matching row wins:
 //!
-//! | lease read | in warm-up | decision |
+//! | # | lease read | decision |
 //! |---|---|---|
-//! | absent | any | passive, `none` while warming up; otherwise active + `create` |
-//! | owner `SKIP-LEASE-POD` | any | passive, `none` (manual all-passive switch) |
-//! | owner empty | no | active + `takeover` |
-//! | owner is self | yes | passive, `none` (no renewal, so a peer may take over) |
-//! | owner is self | no | active + `renew` |
-//! | other owner, `now - updated > y × x` | no | active + `takeover` |
-//! | other owner, otherwise | any | passive, `none` |
+//! | 1 | absent, this instance warming up | passive, `none` |
+//! | 2 | absent | active, `create` |
+//! | 3 | owner `SKIP-LEASE-POD` | passive, `none` (manual all-passive switch) |
+//! | 4 | any other owner, this instance warming up | passive, `none` (its own lease is not renewed, so a peer may take over) |
+//! | 5 | owner empty | active, `takeover` |
+//! | 6 | owner is this instance | active, `renew` |
+//! | 7 | another owner, `now - updatedTime > y × x` | active, `takeover` |
+//! | 8 | another owner, otherwise | passive, `none` |
 //!
-//! A lease last written exactly `y × x` seconds ago is still held: takeover happens only
-//! after it (Admiral's strict `updatedTime < now - x*y`). "Active" takes effect only if the
-//! write succeeds; the host stays passive when the compare-and-swap fails.
+//! Exact boundaries, in milliseconds of the tick's `now`:
+//! - **Takeover** (row 7) happens only **after** `y × x` seconds: a lease last written
+//!   exactly `y × x × 1000` ms ago is still held, one written `y × x × 1000 + 1` ms ago is
+//!   taken over (Admiral's strict `updatedTime < now - x*y`). A record stamped in the future
+//!   (clock skew) is held.
+//! - **Warm-up** covers `now - startedAt < warmupSeconds × 1000`: at exactly `warmupSeconds`
+//!   after the start the instance may create, renew and take over.
+//!
+//! Departures from Admiral: an empty owner (row 5) is taken with a compare-and-swap and makes
+//! the instance active at once (Admiral wrote it without becoming active, before its warm-up
+//! check); "active" means "active if the write succeeds": the host opens its write gate only
+//! when the compare-and-swap write succeeds, so no re-read tick is needed.
 
 #[cfg(target_arch = "wasm32")]
 mod component;
@@ -177,6 +187,46 @@ mod tests {
     const X: u32 = 15;
     const Y: u32 = 3;
     const T0: i64 = 1_700_000_000_000;
+    const EXPIRY_MS: i64 = (X * Y) as i64 * 1000;
+
+    /// A fake wall clock shared by the simulated instances: time moves only when told.
+    struct FakeClock {
+        now: i64,
+    }
+
+    impl FakeClock {
+        fn advance_ms(&mut self, ms: i64) -> i64 {
+            self.now += ms;
+            self.now
+        }
+    }
+
+    /// One simulated instance that keeps the lease in `store` as the host would: the write the
+    /// decision names replaces the record (the compare-and-swap always succeeds here).
+    struct Instance {
+        identity: &'static str,
+        started_at: i64,
+        warmup_seconds: u32,
+    }
+
+    impl Instance {
+        fn tick(&self, now: i64, store: &mut Option<Lease>) -> Decision {
+            let d = decide(&Tick {
+                identity: self.identity,
+                now,
+                lease: store.as_ref(),
+                wait_time_seconds: X,
+                failure_threshold: Y,
+                started_at: self.started_at,
+                warmup_seconds: self.warmup_seconds,
+            })
+            .unwrap();
+            if d.action != Action::None {
+                *store = Some(lease(self.identity, now));
+            }
+            d
+        }
+    }
 
     fn tick<'a>(lease: Option<&'a Lease>, now: i64) -> Tick<'a> {
         Tick {
@@ -197,67 +247,147 @@ mod tests {
         }
     }
 
+    fn outcome(t: &Tick<'_>) -> (State, Action) {
+        let d = decide(t).unwrap();
+        (d.state, d.action)
+    }
+
     #[test]
-    fn absent_lease_is_created() {
+    fn row1_absent_lease_while_warming_up_waits() {
+        let mut t = tick(None, T0 + 1_000);
+        t.warmup_seconds = 10;
+        assert_eq!(outcome(&t), (State::Passive, Action::None));
+    }
+
+    #[test]
+    fn row2_absent_lease_is_created() {
         let d = decide(&tick(None, T0)).unwrap();
         assert_eq!((d.state, d.action), (State::Active, Action::Create));
+        assert!(d.reason.contains("absent"));
     }
 
     #[test]
-    fn skip_lease_pod_keeps_everyone_passive() {
-        let l = lease(SKIP_LEASE_POD, T0 - 10_000_000);
-        let d = decide(&tick(Some(&l), T0)).unwrap();
-        assert_eq!((d.state, d.action), (State::Passive, Action::None));
-        assert!(d.reason.contains(SKIP_LEASE_POD));
+    fn row3_skip_lease_pod_keeps_everyone_passive() {
+        for updated in [T0 - 10_000_000, T0, T0 + 1_000] {
+            let l = lease(SKIP_LEASE_POD, updated);
+            let mut t = tick(Some(&l), T0);
+            let d = decide(&t).unwrap();
+            assert_eq!((d.state, d.action), (State::Passive, Action::None));
+            assert!(d.reason.contains(SKIP_LEASE_POD));
+            t.warmup_seconds = 60;
+            assert_eq!(outcome(&t), (State::Passive, Action::None));
+        }
     }
 
     #[test]
-    fn empty_owner_is_taken() {
+    fn row4_warm_up_blocks_renew_takeover_and_empty_owner() {
+        for owner in ["me", "other", ""] {
+            let l = lease(owner, T0 - 10_000_000);
+            let mut t = tick(Some(&l), T0 + 5_000);
+            t.warmup_seconds = 10;
+            assert_eq!(outcome(&t), (State::Passive, Action::None), "{owner:?}");
+        }
+    }
+
+    #[test]
+    fn row5_empty_owner_is_taken() {
         let l = lease("", T0);
-        let d = decide(&tick(Some(&l), T0)).unwrap();
-        assert_eq!((d.state, d.action), (State::Active, Action::Takeover));
-    }
-
-    #[test]
-    fn own_lease_is_renewed() {
-        let l = lease("me", T0 - 1000);
-        let d = decide(&tick(Some(&l), T0)).unwrap();
-        assert_eq!((d.state, d.action), (State::Active, Action::Renew));
-    }
-
-    #[test]
-    fn foreign_lease_boundary_is_exclusive() {
-        let expiry = i64::from(X * Y) * 1000;
-        let l = lease("other", T0);
-        let at = decide(&tick(Some(&l), T0 + expiry)).unwrap();
         assert_eq!(
-            (at.state, at.action),
-            (State::Passive, Action::None),
-            "exactly y*x is still held"
-        );
-        let after = decide(&tick(Some(&l), T0 + expiry + 1)).unwrap();
-        assert_eq!(
-            (after.state, after.action),
+            outcome(&tick(Some(&l), T0)),
             (State::Active, Action::Takeover)
         );
     }
 
     #[test]
-    fn warm_up_blocks_create_renew_and_takeover() {
-        let mut t = tick(None, T0 + 5_000);
-        t.warmup_seconds = 10;
-        assert_eq!(decide(&t).unwrap().action, Action::None);
-        let own = lease("me", T0);
-        t.lease = Some(&own);
-        assert_eq!(decide(&t).unwrap().state, State::Passive);
+    fn row6_own_lease_is_renewed_even_when_stale() {
+        for updated in [T0 - 1_000, T0 - 10 * EXPIRY_MS, T0 + 5_000] {
+            let l = lease("me", updated);
+            assert_eq!(outcome(&tick(Some(&l), T0)), (State::Active, Action::Renew));
+        }
+    }
+
+    #[test]
+    fn row7_and_row8_takeover_only_after_y_times_x() {
+        let l = lease("other", T0);
+        for (now, want) in [
+            (T0, (State::Passive, Action::None)),
+            (T0 + EXPIRY_MS - 1, (State::Passive, Action::None)),
+            (T0 + EXPIRY_MS, (State::Passive, Action::None)),
+            (T0 + EXPIRY_MS + 1, (State::Active, Action::Takeover)),
+            (T0 + 10 * EXPIRY_MS, (State::Active, Action::Takeover)),
+        ] {
+            assert_eq!(outcome(&tick(Some(&l), now)), want, "at +{} ms", now - T0);
+        }
+        let d = decide(&tick(Some(&l), T0 + EXPIRY_MS + 1)).unwrap();
+        assert!(d.reason.contains("other") && d.reason.contains("taking over"));
+    }
+
+    #[test]
+    fn row8_a_record_stamped_in_the_future_is_held() {
+        let l = lease("other", T0 + 60_000);
+        assert_eq!(outcome(&tick(Some(&l), T0)), (State::Passive, Action::None));
+    }
+
+    #[test]
+    fn warm_up_ends_at_exactly_its_length() {
         let stale = lease("other", T0 - 10_000_000);
-        t.lease = Some(&stale);
-        assert_eq!(decide(&t).unwrap().action, Action::None);
+        let mut t = tick(Some(&stale), T0 + 10_000 - 1);
+        t.warmup_seconds = 10;
+        assert_eq!(outcome(&t), (State::Passive, Action::None));
         t.now = T0 + 10_000;
+        assert_eq!(outcome(&t), (State::Active, Action::Takeover));
+    }
+
+    /// Two instances ticking every x on a fake clock: A creates and renews, B stays passive;
+    /// A stops; B takes over at its first tick after y × x, never earlier.
+    #[test]
+    fn two_instances_fail_over_after_y_times_x() {
+        let mut clock = FakeClock { now: T0 };
+        let mut store = None;
+        let a = Instance {
+            identity: "a",
+            started_at: T0,
+            warmup_seconds: 0,
+        };
+        let b = Instance {
+            identity: "b",
+            started_at: T0,
+            warmup_seconds: 0,
+        };
+        assert_eq!(a.tick(clock.now, &mut store).action, Action::Create);
+        let offset = 400; // B ticks 400 ms after A
+        for _ in 0..5 {
+            let d = b.tick(clock.advance_ms(offset), &mut store);
+            assert_eq!((d.state, d.action), (State::Passive, Action::None));
+            let d = a.tick(clock.advance_ms(i64::from(X) * 1000 - offset), &mut store);
+            assert_eq!((d.state, d.action), (State::Active, Action::Renew));
+        }
+        let last_renewal = clock.now;
+        // A stops. B keeps ticking every x.
+        let mut now = clock.advance_ms(offset);
+        loop {
+            let d = b.tick(now, &mut store);
+            if d.action == Action::Takeover {
+                assert!(now - last_renewal > EXPIRY_MS);
+                assert!(now - last_renewal <= EXPIRY_MS + i64::from(X) * 1000);
+                assert_eq!(d.state, State::Active);
+                break;
+            }
+            assert!(now - last_renewal <= EXPIRY_MS, "B waited too long");
+            now = clock.advance_ms(i64::from(X) * 1000);
+        }
+        assert_eq!(store.as_ref().unwrap().owner, "b");
+        // A comes back (a fresh process with warm-up): it stays passive and B keeps the lease.
+        let a2 = Instance {
+            identity: "a",
+            started_at: clock.now,
+            warmup_seconds: 30,
+        };
+        let d = a2.tick(clock.advance_ms(1_000), &mut store);
+        assert_eq!((d.state, d.action), (State::Passive, Action::None));
         assert_eq!(
-            decide(&t).unwrap().action,
-            Action::Takeover,
-            "warm-up ends at exactly its length"
+            b.tick(clock.advance_ms(1_000), &mut store).action,
+            Action::Renew
         );
     }
 
