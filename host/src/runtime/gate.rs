@@ -384,6 +384,22 @@ impl Writer {
         action: &str,
         note: impl Into<String>,
     ) {
+        self.event_related(reference, None, type_, reason, action, note)
+            .await;
+    }
+
+    /// As [`Writer::event`], naming a `related` object too (e.g. the policy that restarted a
+    /// workload). Events fold into one series only when reason, action, object and related
+    /// object are all the same.
+    pub async fn event_related(
+        &self,
+        reference: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
         let note = note.into();
         if self.gated("event", "Event").is_err() {
             tracing::debug!(reason, %note, "passive: Event not recorded");
@@ -394,7 +410,7 @@ impl Writer {
             reason: reason.into(),
             note: Some(note),
             action: action.into(),
-            secondary: None,
+            secondary: related.cloned(),
         };
         let result = self.recorder.publish(&event, reference).await;
         if let Err(e) = &result {
