@@ -15,9 +15,10 @@
 //!    when the pass is done, even with warnings), the summary, the overlapping policies;
 //!    written only when it changed. Events on the policy sum the reconcile up.
 //!
-//! Triggers: the policies (no generation filter: a reconcile that follows this controller's
-//! own status write is skipped until its requeue is due), changes of overlapping policies
-//! (both sides of an overlap are reconciled, deletions included), promotions of this instance.
+//! Triggers: changes of the policy's spec, labels or annotations (a status change, this
+//! controller's own write included, is skipped until the requeue is due), changes of
+//! overlapping policies (both sides of an overlap are reconciled, deletions included),
+//! promotions of this instance, and the requeue.
 //! There is no finalizer: nothing outside the policy is owned by it.
 
 use std::collections::{BTreeSet, HashMap};
@@ -64,8 +65,8 @@ const MAX_ERRORS: usize = 5;
 /// What this process remembers of a policy between reconciles.
 #[derive(Clone, Debug, Default)]
 struct Memory {
-    /// (resourceVersion, generation) after the last reconcile (its status write included).
-    seen: Option<(Option<String>, Option<i64>)>,
+    /// The [`fingerprint`] of the policy at the last reconcile.
+    seen: Option<u64>,
     /// When the last reconcile asked to be requeued.
     due: Option<Instant>,
     /// Set when something other than the policy itself asks for a reconcile (an overlapping
@@ -112,20 +113,20 @@ impl Restarter {
         }
     }
 
-    /// When the trigger is only this controller's own status write (same resourceVersion and
-    /// generation as after the last reconcile, nothing poked, the requeue not due yet): the
-    /// time left until the requeue.
+    /// When the trigger changed nothing this controller acts on (a status write, its own or
+    /// `PluginReady`'s: same [`fingerprint`] as at the last reconcile, nothing poked, the
+    /// requeue not due yet): the time left until the requeue.
     fn echo(&self, policy: &ProxyRestartPolicy) -> Option<Duration> {
-        let current = (policy.resource_version(), policy.metadata.generation);
+        let current = fingerprint(policy);
         self.remember(&policy.name_any(), |m| {
             let due = m.due?;
             let wait = due.checked_duration_since(Instant::now())?;
-            (m.seen.as_ref() == Some(&current) && !m.poked).then_some(wait)
+            (m.seen == Some(current) && !m.poked).then_some(wait)
         })
     }
 
-    /// Records what the reconcile left: the object's version after it, and when it is due.
-    fn settle(&self, name: &str, seen: (Option<String>, Option<i64>), wait: Duration) {
+    /// Records what the reconcile saw, and when it is due again.
+    fn settle(&self, name: &str, seen: u64, wait: Duration) {
         self.remember(name, |m| {
             m.seen = Some(seen);
             m.due = Some(Instant::now() + wait);
@@ -329,7 +330,7 @@ impl Restarter {
             overlapping_policies: overlapping.clone(),
             conditions: conditions_next,
         };
-        let written = self.write_status(policy, &previous, next).await?;
+        self.write_status(policy, &previous, next).await?;
 
         // Events on the policy.
         if !pass.restarted.is_empty() {
@@ -431,7 +432,7 @@ impl Restarter {
             report.description
         );
         let wait = self.delay(report.next, policy, now);
-        self.settle(&name, written, wait);
+        self.settle(&name, fingerprint(policy), wait);
         match report.next {
             Next::Error => Err(Error::Failed(report.description)),
             _ => Ok(Action::requeue(wait)),
@@ -508,14 +509,13 @@ impl Restarter {
         }
     }
 
-    /// Writes `next` when it differs from `previous`; returns the (resourceVersion,
-    /// generation) of the policy afterwards.
+    /// Writes `next` when it differs from `previous`.
     async fn write_status(
         &self,
         policy: &ProxyRestartPolicy,
         previous: &ProxyRestartPolicyStatus,
         next: ProxyRestartPolicyStatus,
-    ) -> Result<(Option<String>, Option<i64>), Error> {
+    ) -> Result<(), Error> {
         let ours = |s: &ProxyRestartPolicyStatus| {
             let mut s = s.clone();
             s.conditions
@@ -527,9 +527,8 @@ impl Restarter {
             s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
             s
         };
-        let before = (policy.resource_version(), policy.metadata.generation);
         if ours(&next) == ours(previous) {
-            return Ok(before);
+            return Ok(());
         }
         let api: Api<ProxyRestartPolicy> = Api::all(self.ctx.client.clone());
         let patch = serde_json::json!({
@@ -537,13 +536,24 @@ impl Restarter {
             "kind": ProxyRestartPolicy::kind(&()),
             "status": next,
         });
-        let written = self
-            .ctx
+        self.ctx
             .writer
             .apply_status(&api, &policy.name_any(), &patch)
             .await?;
-        Ok((written.resource_version(), written.metadata.generation))
+        Ok(())
     }
+}
+
+/// What a reconcile depends on besides the cluster: the generation (the spec), the labels and
+/// the annotations (so that annotating a policy reconciles it at once). Status changes are not
+/// part of it.
+fn fingerprint(policy: &ProxyRestartPolicy) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    policy.metadata.generation.hash(&mut h);
+    policy.labels().hash(&mut h);
+    policy.annotations().hash(&mut h);
+    h.finish()
 }
 
 fn count(n: usize) -> i64 {
@@ -1307,28 +1317,41 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn own_status_writes_are_skipped_until_the_requeue_is_due() {
+    async fn status_changes_are_skipped_until_the_requeue_is_due() {
         let ctx = unreachable_context();
         let r = Restarter::new(ctx, store_of(&[]));
         let mut p = policy("a", &[]);
+        let minute = Duration::from_secs(60);
         assert_eq!(r.echo(&p), None, "never reconciled");
-        r.settle("a", (Some("1".into()), Some(1)), Duration::from_secs(60));
-        assert!(r.echo(&p).is_some_and(|w| w <= Duration::from_secs(60)));
+        r.settle("a", fingerprint(&p), minute);
+        assert!(r.echo(&p).is_some_and(|w| w <= minute));
+        // A status change (this controller's own write, PluginReady) is no reason.
+        p.metadata.resource_version = Some("2".into());
+        p.status.as_mut().unwrap().state = Some("Ready".into());
+        assert!(r.echo(&p).is_some());
         // Another poked it (an overlapping policy changed, a promotion).
         r.poke("a");
         assert_eq!(r.echo(&p), None);
-        r.settle("a", (Some("1".into()), Some(1)), Duration::from_secs(60));
+        r.settle("a", fingerprint(&p), minute);
         r.poke_all();
         assert_eq!(r.echo(&p), None);
-        // A new generation or version is a real change.
-        r.settle("a", (Some("1".into()), Some(1)), Duration::from_secs(60));
-        p.metadata.generation = Some(2);
-        assert_eq!(r.echo(&p), None);
-        p.metadata.generation = Some(1);
-        p.metadata.resource_version = Some("2".into());
-        assert_eq!(r.echo(&p), None);
+        // A new generation, label or annotation is a real change.
+        for change in [
+            |p: &mut ProxyRestartPolicy| p.metadata.generation = Some(2),
+            |p: &mut ProxyRestartPolicy| {
+                p.labels_mut().insert("x".into(), "y".into());
+            },
+            |p: &mut ProxyRestartPolicy| {
+                p.annotations_mut().insert("x".into(), "y".into());
+            },
+        ] {
+            let mut changed = p.clone();
+            r.settle("a", fingerprint(&p), minute);
+            change(&mut changed);
+            assert_eq!(r.echo(&changed), None);
+        }
         // The requeue itself is never skipped.
-        r.settle("a", (Some("2".into()), Some(1)), Duration::ZERO);
+        r.settle("a", fingerprint(&p), Duration::ZERO);
         assert_eq!(r.echo(&p), None);
     }
 
