@@ -617,3 +617,89 @@ async fn plugin_failures_follow_the_failure_policy() {
     })
     .await;
 }
+
+/// Creates policy `spec` in a server-side dry run; the API server's answer on refusal.
+async fn dry_run(client: &Client, spec: Value) -> Result<(), String> {
+    let api: Api<ProxyRestartPolicy> = Api::all(client.clone());
+    let policy: ProxyRestartPolicy = serde_json::from_value(json!({
+        "apiVersion": "wasmop.dev/v1alpha1", "kind": "ProxyRestartPolicy",
+        "metadata": {"name": "e2e-dry-run"}, "spec": spec,
+    }))
+    .expect("the shape of a policy");
+    api.create(
+        &PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+        &policy,
+    )
+    .await
+    .map(drop)
+    .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn the_api_server_rejects_invalid_policies_and_accepts_the_example() {
+    wasmop_tests::install_crds();
+    let client = wasmop_tests::client().await;
+    let example =
+        std::fs::read_to_string(wasmop_tests::repo_root().join("examples/proxyrestartpolicy.yaml"))
+            .expect("read the example");
+    let example: Value = serde_yaml::from_str(&example).expect("YAML");
+    dry_run(&client, example["spec"].clone())
+        .await
+        .expect("the example is valid");
+    for (spec, says) in [
+        (
+            json!({"restartAfter": "yesterday"}),
+            "spec.restartAfter in body must be of type date-time",
+        ),
+        (
+            json!({"restartAfter": "2026-13-45T00:00:00Z"}),
+            "must be of type date-time",
+        ),
+        (
+            json!({"proxy": {"resources": {"requests": {"cpu": "lots"}}}}),
+            "cpu must be a Kubernetes quantity",
+        ),
+        (
+            json!({"proxy": {"resources": {"limits": {"memory": "1x"}}}}),
+            "memory must be a Kubernetes quantity",
+        ),
+        (json!({"proxy": {"statusPort": 0}}), "spec.proxy.statusPort"),
+        (
+            json!({"limits": {"restartsPerReconcile": 0}}),
+            "spec.limits.restartsPerReconcile",
+        ),
+        (json!({"limits": {"pageSize": 501}}), "spec.limits.pageSize"),
+        (
+            json!({"limits": {"requeueAfter": "500ms"}}),
+            "requeueAfter must be at least 1s",
+        ),
+        (
+            json!({"limits": {"requeueAfter": "soon"}}),
+            "spec.limits.requeueAfter",
+        ),
+        (
+            json!({"maintenanceWindow": {"schedule": "0 2 * *", "duration": "1h"}}),
+            "spec.maintenanceWindow.schedule",
+        ),
+        (
+            json!({"maintenanceWindow": {"schedule": "0 2 * * *", "duration": "0s"}}),
+            "duration must be positive",
+        ),
+        (
+            json!({"ingressGateway": {"forwardClientCertDetails": "MAYBE"}}),
+            "spec.ingressGateway.forwardClientCertDetails",
+        ),
+        (
+            json!({"ingressGateway": {"numTrustedProxies": -1}}),
+            "spec.ingressGateway.numTrustedProxies",
+        ),
+    ] {
+        let e = dry_run(&client, spec.clone())
+            .await
+            .expect_err(&format!("{spec} is refused"));
+        assert!(e.contains(says), "{spec}: {e}");
+    }
+}
