@@ -338,3 +338,57 @@ pub struct ProxyRestartPolicyStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The CRD's `spec.proxy` plus `restartAfter` is the `desired` JSON the default plugin reads:
+    /// every field arrives with its meaning.
+    #[test]
+    fn the_desired_state_is_what_the_default_plugin_reads() {
+        let spec: ProxyRestartPolicySpec = serde_json::from_value(json!({
+            "proxy": {
+                "image": "proxy:2",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                              "limits": {"cpu": "2", "memory": "1Gi"}},
+                "cni": true, "dnsProxying": false,
+                "statsMatcher": {"inclusionRegexps": ["a", "b"]},
+                "prometheusMerge": true, "statusPort": 15021
+            },
+            "restartAfter": "2026-08-21T10:00:00Z"
+        }))
+        .unwrap();
+        let desired = DesiredProxy {
+            proxy: spec.proxy,
+            restart_after: spec.restart_after,
+        };
+        let json = serde_json::to_string(&desired).unwrap();
+        let read = restart_sidecar::DesiredProxy::from_json(&json).unwrap();
+        assert_eq!(read.image.as_deref(), Some("proxy:2"));
+        let r = read.resources.unwrap();
+        assert_eq!(r.requests.as_ref().unwrap().cpu.as_deref(), Some("100m"));
+        assert_eq!(r.requests.unwrap().memory.as_deref(), Some("128Mi"));
+        assert_eq!(r.limits.as_ref().unwrap().cpu.as_deref(), Some("2"));
+        assert_eq!(r.limits.unwrap().memory.as_deref(), Some("1Gi"));
+        assert_eq!(
+            (read.cni, read.dns_proxying, read.prometheus_merge),
+            (Some(true), Some(false), Some(true))
+        );
+        assert_eq!(
+            read.stats_matcher.unwrap().inclusion_regexps,
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(read.status_port, 15021);
+        assert_eq!(read.restart_after.as_deref(), Some("2026-08-21T10:00:00Z"));
+
+        // An empty policy compares nothing.
+        let empty = serde_json::to_string(&DesiredProxy::default()).unwrap();
+        assert_eq!(empty, "{}");
+        assert_eq!(
+            restart_sidecar::DesiredProxy::from_json(&empty).unwrap(),
+            restart_sidecar::DesiredProxy::default()
+        );
+    }
+}

@@ -18,7 +18,7 @@
 //! Triggers: changes of the policy's spec, labels or annotations (a status change, this
 //! controller's own write included, is skipped until the requeue is due), changes of
 //! overlapping policies (both sides of an overlap are reconciled, deletions included),
-//! promotions of this instance, and the requeue.
+//! promotions of this instance, reloads of the plugin registry, and the requeue.
 //! There is no finalizer: nothing outside the policy is owned by it.
 
 use std::collections::{BTreeSet, HashMap};
@@ -139,6 +139,26 @@ impl Restarter {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
+        let _ = metrics().pending.remove(&PolicyLabels {
+            policy: name.to_owned(),
+        });
+    }
+
+    /// Forgets the policies that are gone (deleted policies are not reconciled: there is no
+    /// finalizer), so their metrics go too.
+    fn prune(&self) {
+        let live: BTreeSet<String> = self.store.state().iter().map(|p| p.name_any()).collect();
+        let gone: Vec<String> = self
+            .memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .filter(|n| !live.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name);
+        }
     }
 
     /// How long to wait for `next`.
@@ -1063,9 +1083,9 @@ async fn reconcile_inner(policy: &ProxyRestartPolicy, r: &Restarter) -> Result<A
     }
     if policy.metadata.deletion_timestamp.is_some() {
         r.forget(&name);
-        let _ = metrics().pending.remove(&PolicyLabels { policy: name });
         return Ok(Action::await_change());
     }
+    r.prune();
     if let Some(wait) = r.echo(policy) {
         tracing::trace!(policy = %name, "own status write: nothing to do before the requeue");
         return Ok(Action::requeue(wait));
@@ -1122,7 +1142,13 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let store = controller.store();
     let restarter = Arc::new(Restarter::new(ctx.clone(), store.clone()));
     let (mapper_store, mapper_restarter) = (store.clone(), restarter.clone());
-    let promoted = restarter.clone();
+    let (promoted, reloaded) = (restarter.clone(), restarter.clone());
+    // A new plugin (or a fixed one) judges every policy's pods again.
+    let reloads = futures::stream::unfold(ctx.reloads(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
+    .map(move |()| reloaded.poke_all());
     let controller = controller
         .watches(
             api,
@@ -1136,6 +1162,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             },
         )
         .reconcile_all_on(ctx.gate().promotions().map(move |()| promoted.poke_all()))
+        .reconcile_all_on(reloads)
         .run(reconcile, error_policy, restarter.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
