@@ -145,7 +145,7 @@ fn desired() -> String {
 /// Pod `i` as the API server returns it: even ones outdated, one in ten of the others annotated
 /// with a CPU request other than the desired one.
 fn pod(i: usize) -> Value {
-    let image = if i % 2 == 0 { OLD } else { NEW };
+    let image = if i.is_multiple_of(2) { OLD } else { NEW };
     let mut annotations = json!({
         "sidecar.istio.io/status": "{\"initContainers\":[\"istio-validation\"],\"containers\":[\"istio-proxy\"],\"volumes\":[\"workload-socket\",\"credential-socket\",\"workload-certs\",\"istio-envoy\",\"istio-data\",\"istio-podinfo\",\"istio-token\",\"istiod-ca-cert\"],\"imagePullSecrets\":null,\"revision\":\"default\"}",
         "kubectl.kubernetes.io/default-container": "app",
