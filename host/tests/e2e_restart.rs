@@ -703,3 +703,59 @@ async fn the_api_server_rejects_invalid_policies_and_accepts_the_example() {
         assert!(e.contains(says), "{spec}: {e}");
     }
 }
+
+#[tokio::test]
+async fn an_operator_restarted_mid_way_goes_on_where_it_stopped() {
+    with_temp_ns("restart-crash", |client: Client, ns: String| async move {
+        let names = ["w1", "w2", "w3"];
+        for n in names {
+            sidecar_deployment(&client, &ns, n, 1, OLD_PROXY, json!({}), json!({})).await;
+        }
+        wait_all_rolled_out(&client, &ns, &names, TIMEOUT).await;
+        let (op, policies) = operator(&ns, &[]).await;
+        let name = format!("{ns}-mesh");
+        // One restart per reconcile, and the next chunk an hour later: only a new operator
+        // process makes progress within the test.
+        let api = create_policy(
+            &client,
+            &ns,
+            &name,
+            json!({"proxy": {"image": NEW_PROXY}, "limits": {"restartsPerReconcile": 1, "requeueAfter": "1h"}}),
+        )
+        .await;
+        wait_policy(&api, &name, "the first chunk", |p| {
+            state(p) == Some("Processing") && summary(p).0 == 1
+        })
+        .await;
+        drop(op);
+        let restarted = |generations: &[i64]| generations.iter().filter(|g| **g == 2).count();
+        let mut first = Vec::new();
+        for n in names {
+            first.push(generation(&client, &ns, n).await);
+        }
+        assert_eq!(restarted(&first), 1, "{first:?}");
+
+        // A new process knows nothing of the first: the pod-template hash tells it what was done.
+        let (_op, _also_policies) = operator(&ns, &[]).await;
+        let p = wait_policy(&api, &name, "the second chunk by the new process", |p| {
+            state(p) == Some("Processing") && summary(p).0 == 1 && summary(p).1 == 1
+        })
+        .await;
+        let mut second = Vec::new();
+        for n in names {
+            second.push(generation(&client, &ns, n).await);
+        }
+        assert_eq!(restarted(&second), 2, "{second:?}");
+        assert!(
+            first.iter().zip(&second).all(|(a, b)| a <= b && *b <= 2),
+            "nothing restarted twice: {first:?} then {second:?}"
+        );
+        assert_eq!(
+            p.status.unwrap().summary.unwrap().already_restarted,
+            1,
+            "the first chunk's workload was recognised"
+        );
+        drop(policies);
+    })
+    .await;
+}
