@@ -679,14 +679,24 @@ impl<'a> Pass<'a> {
                     .collect(),
                 Err(e) => return Ok(Err(format!("cannot list namespaces: {e}"))),
             };
-        let peers: Vec<Selection> = self
-            .r
-            .store
-            .state()
-            .iter()
-            .filter(|p| p.name_any() != self.name && p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| Selection::of(p).ok())
-            .collect();
+        // The other policies, read now rather than from the cache, which may not have seen a
+        // deletion yet when that deletion is what triggered this reconcile.
+        let mut params = ListParams::default();
+        if let Some(selector) = &self.r.ctx.options.selector {
+            params = params.labels(selector);
+        }
+        let peers: Vec<Selection> = match Api::<ProxyRestartPolicy>::all(self.r.ctx.client.clone())
+            .list(&params)
+            .await
+        {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|p| p.name_any() != self.name && p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| Selection::of(p).ok())
+                .collect(),
+            Err(e) => return Ok(Err(format!("cannot list ProxyRestartPolicies: {e}"))),
+        };
         let desired_json = serde_json::to_string(desired).unwrap_or_else(|_| "{}".into());
         let applied_json = serde_json::to_string(&applied).unwrap_or_else(|_| "null".into());
         let page_size =
