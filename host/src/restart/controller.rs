@@ -116,12 +116,17 @@ impl Restarter {
     /// When the trigger changed nothing this controller acts on (a status write, its own or
     /// `PluginReady`'s: same [`fingerprint`] as at the last reconcile, nothing poked, the
     /// requeue not due yet): the time left until the requeue.
+    /// A poke is taken here, when the reconcile starts, so that one arriving while it runs
+    /// makes the next reconcile a full one too.
     fn echo(&self, policy: &ProxyRestartPolicy) -> Option<Duration> {
         let current = fingerprint(policy);
         self.remember(&policy.name_any(), |m| {
+            if std::mem::take(&mut m.poked) {
+                return None;
+            }
             let due = m.due?;
             let wait = due.checked_duration_since(Instant::now())?;
-            (m.seen == Some(current) && !m.poked).then_some(wait)
+            (m.seen == Some(current)).then_some(wait)
         })
     }
 
@@ -130,7 +135,6 @@ impl Restarter {
         self.remember(name, |m| {
             m.seen = Some(seen);
             m.due = Some(Instant::now() + wait);
-            m.poked = false;
         });
     }
 
@@ -1366,11 +1370,15 @@ mod tests {
         p.metadata.resource_version = Some("2".into());
         p.status.as_mut().unwrap().state = Some("Ready".into());
         assert!(r.echo(&p).is_some());
-        // Another poked it (an overlapping policy changed, a promotion).
+        // Another poked it (an overlapping policy changed, a promotion): one full reconcile.
         r.poke("a");
         assert_eq!(r.echo(&p), None);
-        r.settle("a", fingerprint(&p), minute);
+        assert!(r.echo(&p).is_some(), "the poke is taken");
         r.poke_all();
+        assert_eq!(r.echo(&p), None);
+        // A poke while a reconcile runs survives its end.
+        r.poke("a");
+        r.settle("a", fingerprint(&p), minute);
         assert_eq!(r.echo(&p), None);
         // A new generation, label or annotation is a real change.
         for change in [
