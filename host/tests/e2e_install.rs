@@ -336,13 +336,14 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "leases",
         &["get", "create", "update"],
     ),
-    // Scaling: the resolver pods, whose IPs the public Services point at in proxy mode.
+    // Scaling: the resolver pods, whose IPs the public Services point at in proxy mode (list
+    // comes with the restart controller's cluster-wide rule).
     (
         OPERATOR,
         Scope::OperatorNamespace,
         "",
         "pods",
-        &["get", "list", "watch"],
+        &["get", "watch"],
     ),
     // Events on the objects it reconciles and on the registry ConfigMap.
     (
@@ -432,6 +433,61 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "scaledobjects",
         &["get", "patch"],
     ),
+    // Restart: ProxyRestartPolicies and their status, pods listed page by page in every
+    // namespace and deleted for a bare ReplicaSet or ReplicationController to re-create,
+    // namespaces for the selectors, workloads read and rolled out by a pod-template patch,
+    // ReplicaSets read (pod -> Deployment) and bare ones marked, ReplicationControllers marked.
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "wasmop.dev",
+        "proxyrestartpolicies",
+        &["list", "watch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "wasmop.dev",
+        "proxyrestartpolicies/status",
+        &["patch"],
+    ),
+    (OPERATOR, Scope::Cluster, "", "pods", &["list", "delete"]),
+    (OPERATOR, Scope::Cluster, "", "namespaces", &["list"]),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "deployments",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "daemonsets",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "statefulsets",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "replicasets",
+        &["get", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "",
+        "replicationcontrollers",
+        &["get", "patch"],
+    ),
     // The resolver: where a request goes, and the demand annotation.
     (
         RESOLVER,
@@ -512,6 +568,31 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
     ),
     (None, "wasmop.dev", "dynamicenvs", &["create", "delete"]),
     (None, "wasmop.dev", "elasticservices", &["create", "delete"]),
+    // Restart: pods are listed and deleted, workloads patched; nothing more.
+    (
+        None,
+        "wasmop.dev",
+        "proxyrestartpolicies",
+        &["create", "update", "delete"],
+    ),
+    (None, "", "pods", &["create", "update", "patch", "watch"]),
+    (None, "", "pods/eviction", &["create"]),
+    (
+        None,
+        "apps",
+        "deployments",
+        &["create", "update", "delete", "list"],
+    ),
+    (None, "apps", "daemonsets", &["create", "update", "delete"]),
+    (
+        None,
+        "apps",
+        "statefulsets",
+        &["create", "update", "delete"],
+    ),
+    (None, "apps", "replicasets", &["create", "delete"]),
+    (None, "batch", "jobs", &["get", "create", "delete"]),
+    (None, "", "namespaces", &["get", "update", "patch"]),
 ];
 
 async fn allowed(

@@ -2,6 +2,7 @@
 
 pub mod dynamicenv;
 pub mod elasticservice;
+pub mod proxyrestartpolicy;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -13,6 +14,10 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "elasticservices.yaml",
             elasticservice::ElasticService::crd(),
+        ),
+        (
+            "proxyrestartpolicies.yaml",
+            proxyrestartpolicy::ProxyRestartPolicy::crd(),
         ),
     ]
 }

@@ -422,6 +422,22 @@ impl Writer {
         action: &str,
         note: impl Into<String>,
     ) {
+        self.event_related(reference, None, type_, reason, action, note)
+            .await;
+    }
+
+    /// As [`Writer::event`], naming a `related` object too (e.g. the policy that restarted a
+    /// workload). Events fold into one series only when reason, action, object and related
+    /// object are all the same.
+    pub async fn event_related(
+        &self,
+        reference: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
         let note = note.into();
         if !self.gate.is_active() {
             crate::metrics::write("event", "Event", WriteError::Passive.label());
@@ -433,7 +449,7 @@ impl Writer {
             reason: reason.into(),
             note: Some(note),
             action: action.into(),
-            secondary: None,
+            secondary: related.cloned(),
         };
         let result = self
             .send("event", "Event", self.recorder.publish(&event, reference))

@@ -78,6 +78,24 @@ impl UsesPlugin for crate::api::elasticservice::ElasticService {
     }
 }
 
+impl UsesPlugin for crate::api::proxyrestartpolicy::ProxyRestartPolicy {
+    const HOOK: Hook = Hook::Restart;
+    const CONTROLLER: ControllerKind = ControllerKind::Restart;
+    fn plugin_name(&self) -> Option<&str> {
+        self.spec.plugin.as_deref()
+    }
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+    fn api(ctx: &Context) -> Api<Self> {
+        // Cluster-scoped: watched cluster-wide whatever --watch-namespace says.
+        Api::all(ctx.client.clone())
+    }
+    fn object_api(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
+}
+
 /// The `PluginReady` condition for `status`.
 pub fn condition(
     status: &PluginStatus,
@@ -102,6 +120,7 @@ pub async fn run_all(ctx: Arc<Context>) -> anyhow::Result<()> {
     tokio::try_join!(
         run::<crate::api::dynamicenv::DynamicEnv>(ctx.clone()),
         run::<crate::api::elasticservice::ElasticService>(ctx.clone()),
+        run::<crate::api::proxyrestartpolicy::ProxyRestartPolicy>(ctx.clone()),
     )?;
     Ok(())
 }

@@ -343,18 +343,95 @@ pub fn validate_settings(settings: &str) -> Result<Settings, Error> {
     Ok(out)
 }
 
-/// Parses the request's `pods`: a JSON array of Pod objects.
+/// Parses the request's `pods`: a JSON array of Pod objects. Each pod keeps what the predicates
+/// read (its `name`, `namespace`, `creationTimestamp` and `annotations`, and the `name`, `image`
+/// and `resources` of its containers and init containers); the rest of its JSON (status, volumes, env, probes...) is skipped while
+/// parsing, without being built, which is most of the work for real pods. A value of another
+/// shape is kept whole, and judged as it is.
 ///
 /// # Errors
 /// Not valid JSON, or not an array.
 pub fn parse_pods(json: &str) -> Result<Vec<Value>, Error> {
-    match serde_json::from_str::<Value>(json) {
-        Ok(Value::Array(pods)) => Ok(pods),
-        Ok(other) => Err(Error::at(
-            "pods",
-            format!("expected a JSON array of pods, got {}", kind_of(&other)),
-        )),
-        Err(e) => Err(Error::at("pods", format!("not valid JSON: {e}"))),
+    // One pass in the usual case; a page with an odd value is parsed again, pod by pod.
+    if let Ok(pods) = serde_json::from_str::<Vec<SlimPod>>(json) {
+        return Ok(pods.into_iter().map(SlimPod::into_value).collect());
+    }
+    let Ok(raw) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(json) else {
+        return Err(match serde_json::from_str::<Value>(json) {
+            Ok(other) => Error::at(
+                "pods",
+                format!("expected a JSON array of pods, got {}", kind_of(&other)),
+            ),
+            Err(e) => Error::at("pods", format!("not valid JSON: {e}")),
+        });
+    };
+    raw.into_iter()
+        .map(|pod| {
+            serde_json::from_str::<SlimPod>(pod.get())
+                .map(SlimPod::into_value)
+                .or_else(|_| serde_json::from_str::<Value>(pod.get()))
+                .map_err(|e| Error::at("pods", format!("not valid JSON: {e}")))
+        })
+        .collect()
+}
+
+/// A pod as the predicates read it (see [`parse_pods`]).
+#[derive(Deserialize)]
+struct SlimPod {
+    #[serde(default)]
+    metadata: Option<SlimMetadata>,
+    #[serde(default)]
+    spec: Option<SlimSpec>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    namespace: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    annotations: Option<Value>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    containers: Option<Vec<SlimContainer>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    init_containers: Option<Vec<SlimContainer>>,
+}
+
+#[derive(Deserialize, Serialize)]
+struct SlimContainer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    image: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resources: Option<Value>,
+}
+
+impl SlimPod {
+    fn into_value(self) -> Value {
+        let mut pod = Map::new();
+        if let Some(metadata) = self.metadata {
+            pod.insert(
+                "metadata".into(),
+                serde_json::to_value(metadata).unwrap_or(Value::Null),
+            );
+        }
+        if let Some(spec) = self.spec {
+            pod.insert(
+                "spec".into(),
+                serde_json::to_value(spec).unwrap_or(Value::Null),
+            );
+        }
+        Value::Object(pod)
     }
 }
 

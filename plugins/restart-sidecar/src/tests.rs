@@ -921,3 +921,38 @@ fn error_display_names_the_field() {
         "bad"
     );
 }
+
+#[test]
+fn parsing_keeps_what_the_predicates_read_and_judges_odd_values_whole() {
+    let full = json!([
+        {"metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "b"},
+                      "labels": {"app": "p"}, "ownerReferences": []},
+         "spec": {"volumes": [{"name": "v"}],
+                  "containers": [{"name": "istio-proxy", "image": OLD, "env": [{"name": "X"}],
+                                  "resources": {"requests": {"cpu": "1"}}}],
+                  "initContainers": [{"name": "istio-init", "image": OLD}]},
+         "status": {"phase": "Running"}},
+        "app-1",
+        {"metadata": {"name": "q"}, "spec": 5},
+        {"metadata": {"name": "r"}, "spec": {"containers": ["x"]}}
+    ])
+    .to_string();
+    let pods = parse_pods(&full).unwrap();
+    assert_eq!(
+        pods[0],
+        json!({"metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "b"}},
+               "spec": {"containers": [{"name": "istio-proxy", "image": OLD,
+                                        "resources": {"requests": {"cpu": "1"}}}],
+                        "initContainers": [{"name": "istio-init", "image": OLD}]}})
+    );
+    assert_eq!(pods[1], json!("app-1"));
+    assert_eq!(pods[2], json!({"metadata": {"name": "q"}, "spec": 5}));
+    assert_eq!(
+        pods[3],
+        json!({"metadata": {"name": "r"}, "spec": {"containers": ["x"]}})
+    );
+    // The same decisions as on the whole pods.
+    let want = desired(json!({"image": NEW, "cni": true}));
+    let whole: Vec<Value> = serde_json::from_str(&full).unwrap();
+    assert_eq!(evaluate(&want, None, &pods), evaluate(&want, None, &whole));
+}
