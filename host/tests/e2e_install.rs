@@ -16,6 +16,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
@@ -245,8 +246,36 @@ async fn business_hours_entry(
     .await
 }
 
+/// Settings of the C example that put "now" inside (`open`) or outside its business hours,
+/// whatever the time of day: the UTC offset makes the local time about noon, and the window is
+/// the whole day or its first hour. The host's DR keys make the lease ticks fast.
+fn business_hours_settings(open: bool) -> String {
+    let utc_hour = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600)
+        % 24;
+    let offset = (12 - utc_hour as i64) * 60;
+    let end = if open { 24 } else { 1 };
+    format!(
+        r#"{{"utcOffsetMinutes": {offset}, "startHour": 0, "endHour": {end}, "weekdaysOnly": false, "waitTimeInSeconds": 1, "failureThreshold": 2}}"#
+    )
+}
+
+/// `/health/ready?checkifreadonly=true` of `operator`: 200 active, 502 passive.
+async fn wait_dr_state(operator: &Operator, active: bool) {
+    let want = if active { 200 } else { 502 };
+    eventually(
+        &format!("the C plugin's decision: checkifreadonly answers {want}"),
+        TIMEOUT,
+        async || (operator.get("/health/ready?checkifreadonly=true")?.0 == want).then_some(()),
+    )
+    .await;
+}
+
 #[tokio::test]
-async fn a_c_plugin_from_a_configmap_loads_and_its_settings_check_decides() {
+async fn a_c_plugin_from_a_configmap_decides_the_dr_state_and_its_settings_check_holds() {
     // <target>/plugins/wasm32-wasip2/plugin -> <target>
     let target = std::path::Path::new(env!("WASMOP_COMPONENTS_DIR"))
         .ancestors()
@@ -263,28 +292,47 @@ async fn a_c_plugin_from_a_configmap_loads_and_its_settings_check_decides() {
         cms.create(&PostParams::default(), &bin)
             .await
             .expect("the component fits a ConfigMap");
-        let good = r#"{"utcOffsetMinutes": 60, "startHour": 8, "endHour": 18}"#;
-        cms.create(
-            &PostParams::default(),
-            &business_hours_registry(&digest, good),
-        )
-        .await
-        .unwrap();
+        let apply = async |settings: &str| {
+            cms.patch(
+                "wasmop-plugins",
+                &PatchParams::apply("wasmop-e2e").force(),
+                &Patch::Apply(&business_hours_registry(&digest, settings)),
+            )
+            .await
+            .unwrap();
+        };
+        apply(&business_hours_settings(true)).await;
 
         let operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
         let loaded =
             business_hours_entry(&operator, "business-hours loaded", |p| p["ready"] == true).await;
         assert_eq!(loaded["servingDigest"], digest.as_str(), "{loaded}");
 
-        // Settings the C code rejects: the entry fails with its message; the last good one serves.
-        let bad = r#"{"utcOffsetMinutes": 60, "startHour": 18, "endHour": 8}"#;
-        cms.patch(
-            "wasmop-plugins",
-            &PatchParams::apply("wasmop-e2e").force(),
-            &Patch::Apply(&business_hours_registry(&digest, bad)),
-        )
-        .await
-        .unwrap();
+        // Inside business hours the C plugin runs the lease state machine: this instance
+        // creates the Lease and becomes active.
+        wait_dr_state(&operator, true).await;
+        let lease = Api::<Lease>::namespaced(client.clone(), &ns)
+            .get("wasmop")
+            .await
+            .expect("the DR Lease");
+        assert_eq!(
+            lease.spec.and_then(|s| s.holder_identity).as_deref(),
+            Some(format!("wasmop-{ns}").as_str())
+        );
+
+        // Outside business hours it answers passive and stops renewing: the instance steps
+        // down and refuses writes.
+        apply(&business_hours_settings(false)).await;
+        wait_dr_state(&operator, false).await;
+        eventually("/dr to give the plugin's reason", TIMEOUT, async || {
+            let (_, dr) = operator.get("/dr")?;
+            dr.contains("outside business hours").then_some(())
+        })
+        .await;
+
+        // Settings the C code rejects: the entry fails with its message; the last good one
+        // serves and keeps the instance passive.
+        apply(r#"{"utcOffsetMinutes": 60, "startHour": 18, "endHour": 8}"#).await;
         let failed = business_hours_entry(&operator, "business-hours rejects its settings", |p| {
             p["reason"] == "LoadFailed"
         })
@@ -299,6 +347,10 @@ async fn a_c_plugin_from_a_configmap_loads_and_its_settings_check_decides() {
             failed["servingDigest"],
             digest.as_str(),
             "the last good version serves"
+        );
+        assert_eq!(
+            operator.get("/health/ready?checkifreadonly=true").map(|r| r.0),
+            Some(502)
         );
         let log = operator.process.log();
         assert!(!log.contains("forbidden"), "{log}");

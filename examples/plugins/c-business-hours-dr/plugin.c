@@ -8,7 +8,9 @@
 //
 // Settings (all optional): {"utcOffsetMinutes": 60, "startHour": 8, "endHour": 18,
 // "weekdaysOnly": true}. Business hours are [startHour, endHour) local time, where local time is
-// UTC plus utcOffsetMinutes; with weekdaysOnly, Saturday and Sunday are outside them.
+// UTC plus utcOffsetMinutes; with weekdaysOnly, Saturday and Sunday are outside them. The entry's
+// settings also carry the host's DR keys (backend, waitTimeInSeconds, ..., see docs/dr.md); they
+// are the host's to check and are skipped here.
 //
 // Bindings: `wit-bindgen c wit/ --world state-checker` (state_checker.h). Strings returned to
 // the host are malloc'd: the generated post-return functions free them.
@@ -77,6 +79,50 @@ static bool read_key(cursor_t *c, char *buf, size_t cap) {
   }
   buf[n] = 0;
   return eat(c, '"');
+}
+
+// Skips one JSON value of any type (strings with escapes, nested objects and arrays).
+static bool skip_value(cursor_t *c) {
+  int depth = 0;
+  skip_ws(c);
+  do {
+    if (c->p >= c->end) {
+      return false;
+    }
+    uint8_t ch = *c->p++;
+    if (ch == '"') {
+      while (c->p < c->end && *c->p != '"') {
+        c->p += (*c->p == '\\') ? 2 : 1;
+      }
+      if (c->p >= c->end) {
+        return false;
+      }
+      c->p++;
+    } else if (ch == '{' || ch == '[') {
+      depth++;
+    } else if (ch == '}' || ch == ']') {
+      depth--;
+    } else if (depth == 0) {
+      // A number, true, false or null: up to the next delimiter.
+      while (c->p < c->end && *c->p != ',' && *c->p != '}' && *c->p != ']' && *c->p != ' ' &&
+             *c->p != '\n' && *c->p != '\r' && *c->p != '\t') {
+        c->p++;
+      }
+    }
+  } while (depth > 0);
+  return depth == 0;
+}
+
+// The keys of the host's DR settings (docs/dr.md), passed to the plugin with its own.
+static bool is_host_key(const char *key) {
+  static const char *keys[] = {"backend", "leaseName", "waitTimeInSeconds", "failureThreshold",
+                               "warmupSeconds", "podIdentifier", "dynamoDB"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (strcmp(key, keys[i]) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 static bool read_int(cursor_t *c, long *out) {
@@ -152,10 +198,16 @@ static bool parse_settings(const state_checker_string_t *json, settings_t *s, st
           set_error(err, "weekdaysOnly must be true or false", "settings.weekdaysOnly");
           return false;
         }
+      } else if (is_host_key(key)) {
+        if (!skip_value(&c)) {
+          set_error(err, "settings must be valid JSON", "settings");
+          return false;
+        }
       } else {
-        char msg[128];
+        char msg[160];
         snprintf(msg, sizeof msg,
-                 "unknown settings key \"%s\"; the keys are utcOffsetMinutes, startHour, endHour, weekdaysOnly", key);
+                 "unknown settings key \"%s\"; the keys are utcOffsetMinutes, startHour, endHour, weekdaysOnly "
+                 "and the host's DR keys", key);
         set_error(err, msg, "settings");
         return false;
       }
