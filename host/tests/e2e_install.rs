@@ -349,7 +349,9 @@ async fn a_c_plugin_from_a_configmap_decides_the_dr_state_and_its_settings_check
             "the last good version serves"
         );
         assert_eq!(
-            operator.get("/health/ready?checkifreadonly=true").map(|r| r.0),
+            operator
+                .get("/health/ready?checkifreadonly=true")
+                .map(|r| r.0),
             Some(502)
         );
         let log = operator.process.log();
