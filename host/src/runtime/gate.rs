@@ -384,6 +384,23 @@ impl Writer {
         action: &str,
         note: impl Into<String>,
     ) {
+        self.event_related(reference, None, type_, reason, action, note)
+            .await;
+    }
+
+    /// As [`Writer::event`], with `related` as the Event's secondary object (e.g. the
+    /// Deployment a controller created for `reference`). Events fold into one series by
+    /// reference, related object, reason and action, so naming the related object keeps the
+    /// Events about different objects apart.
+    pub async fn event_related(
+        &self,
+        reference: &ObjectReference,
+        related: Option<ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
         let note = note.into();
         if self.gated("event", "Event").is_err() {
             tracing::debug!(reason, %note, "passive: Event not recorded");
@@ -394,7 +411,7 @@ impl Writer {
             reason: reason.into(),
             note: Some(note),
             action: action.into(),
-            secondary: None,
+            secondary: related,
         };
         let result = self.recorder.publish(&event, reference).await;
         if let Err(e) = &result {
