@@ -625,7 +625,9 @@ fn vs_json(vs: &VirtualService, http: &[Value]) -> String {
 
 /// Runs `chain` on `vs`: removes the routes `chain.strip` drops, then makes each call on the
 /// result of the previous one. A failed call, or an answer that changed a route not named
-/// with the call's prefix, leaves the list as it was and is reported in its [`Outcome`].
+/// with the call's prefix, leaves the list as it was and is reported in its [`Outcome`]. An
+/// answer whose own routes are the ones already there, only at other places, is not taken,
+/// so that planning again on an unchanged cluster writes nothing.
 /// Returns the final `spec.http` and one outcome per call.
 pub async fn run_chain(
     router: &dyn Router,
@@ -655,11 +657,23 @@ pub async fn run_chain(
         });
         outcomes.push(match answer {
             Ok(out) => {
-                let routes = out
-                    .iter()
-                    .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(prefix)))
-                    .count();
-                http = out;
+                let ours = |list: &[Value]| -> Vec<String> {
+                    let mut v: Vec<String> = list
+                        .iter()
+                        .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(prefix)))
+                        .map(Value::to_string)
+                        .collect();
+                    v.sort();
+                    v
+                };
+                let mine = ours(&out);
+                let routes = mine.len();
+                // The same routes, only moved (e.g. behind another DynamicEnv's copies that
+                // now precede the default route): keep them where they are, or two
+                // DynamicEnvs on one VirtualService would swap places on every reconcile.
+                if mine != ours(&http) {
+                    http = out;
+                }
                 Outcome::Routed { routes }
             }
             Err(message) => Outcome::Failed {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::plugins::{FailurePolicy, Plugin, RouteRequest};
+use crate::plugins::{FailurePolicy, Plugin, RouteRequest, StringMatch};
 
 /// Answers the routing hook's question: the complete new `spec.http` of
 /// `request.virtual_service` (see `wit/plugin.wit`, `route`).
@@ -42,6 +42,78 @@ impl Router for WasmRouter {
         let response = self.0.route(request).await.map_err(|e| e.to_string())?;
         serde_json::from_str(&response.http)
             .map_err(|e| format!("plugin {:?}: routes are not JSON: {e}", self.name()))
+    }
+}
+
+/// The default plugin's logic (`plugins/routing-istio`) called as a native library: the
+/// baseline of the benchmarks and the plan tests. Same input and output as the component,
+/// JSON parsing included.
+pub struct Native {
+    /// The plugin settings.
+    pub settings: routing_istio::Settings,
+}
+
+impl Default for Native {
+    fn default() -> Self {
+        Self {
+            settings: routing_istio::Settings::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Router for Native {
+    fn name(&self) -> &str {
+        "routing-istio (native)"
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Fail
+    }
+
+    async fn route(&self, r: RouteRequest) -> Result<Vec<Value>, String> {
+        use routing_istio as ri;
+        let vs: Value = serde_json::from_str(&r.virtual_service)
+            .map_err(|e| format!("the VirtualService is not valid JSON: {e}"))?;
+        let req = ri::RouteRequest {
+            dynamic_env: r.dynamic_env,
+            unique_name: r.unique_name,
+            subset: r.subset,
+            host: r.host,
+            namespace: r.namespace,
+            default_version: r.default_version,
+            matches: r
+                .matches
+                .into_iter()
+                .map(|m| ri::IstioMatch {
+                    headers: m
+                        .headers
+                        .into_iter()
+                        .map(|h| ri::HeaderMatch {
+                            name: h.name,
+                            value: match h.value {
+                                StringMatch::Exact(v) => ri::StringMatch::Exact(v),
+                                StringMatch::Prefix(v) => ri::StringMatch::Prefix(v),
+                                StringMatch::Regex(v) => ri::StringMatch::Regex(v),
+                            },
+                        })
+                        .collect(),
+                    source_labels: m
+                        .source_labels
+                        .into_iter()
+                        .map(|l| ri::Label {
+                            key: l.key,
+                            value: l.value,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            route_prefix: r.route_prefix,
+        };
+        let http = ri::rewrite(&req, &vs, &self.settings)?;
+        // The component returns JSON text; so does this, for a like-for-like baseline.
+        let text = serde_json::to_string(&http).map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
     }
 }
 
