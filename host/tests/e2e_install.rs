@@ -432,6 +432,37 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "scaledobjects",
         &["get", "patch"],
     ),
+    // Routing: the DynamicEnv finalizer; clone Deployments beside their bases (server-side
+    // apply) and their deletion; DestinationRules likewise; VirtualServices read and their
+    // spec.http patched (never created, replaced or deleted).
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "wasmop.dev",
+        "dynamicenvs",
+        &["patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "deployments",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "networking.istio.io",
+        "destinationrules",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "networking.istio.io",
+        "virtualservices",
+        &["get", "list", "watch", "patch"],
+    ),
     // The resolver: where a request goes, and the demand annotation.
     (
         RESOLVER,
@@ -502,7 +533,23 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
         "configmaps",
         &["create", "update", "patch", "delete"],
     ),
-    (Some(NS), "apps", "deployments", &["create", "delete"]),
+    // Routing writes Deployments by server-side apply and deletion only, and never creates,
+    // replaces or deletes a VirtualService.
+    (None, "apps", "deployments", &["update"]),
+    (None, "apps", "statefulsets", &["create", "patch", "delete"]),
+    (None, "apps", "daemonsets", &["create", "patch", "delete"]),
+    (
+        None,
+        "networking.istio.io",
+        "virtualservices",
+        &["create", "update", "delete"],
+    ),
+    (
+        None,
+        "networking.istio.io",
+        "gateways",
+        &["create", "patch", "delete"],
+    ),
     (Some("default"), "", "configmaps", &["get", "list"]),
     (
         Some("default"),

@@ -20,6 +20,7 @@ use kube::runtime::wait::{Condition, await_condition};
 use kube::{Api, Client, Resource};
 
 pub mod resolver;
+pub mod routing;
 
 /// Kinds dumped when a test fails.
 pub const DUMP_KINDS: &str = "all,configmaps,endpointslices,events,leases,virtualservices.networking.istio.io,destinationrules.networking.istio.io";

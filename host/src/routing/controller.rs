@@ -315,6 +315,11 @@ impl Routing {
         plan: &Plan,
         router: &dyn Router,
     ) -> Result<(), Error> {
+        let why = if de.metadata.deletion_timestamp.is_some() {
+            "the DynamicEnv is being deleted"
+        } else {
+            "no longer wanted"
+        };
         let client = &self.ctx.client;
         let rv_of = |list: &[Arc<Deployment>], ns: &str, name: &str| {
             list.iter()
@@ -453,7 +458,7 @@ impl Routing {
                             false,
                             "Deleted",
                             "Delete",
-                            format!("{kind} {namespace}/{name} deleted: no longer wanted"),
+                            format!("{kind} {namespace}/{name} deleted: {why}"),
                         )
                         .await;
                     }
