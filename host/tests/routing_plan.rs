@@ -40,7 +40,7 @@ fn cases() -> Vec<PathBuf> {
 }
 
 /// The builtin routing component, loaded as the operator loads it.
-async fn wasm() -> WasmRouter {
+async fn wasm() -> Arc<dyn Router> {
     let runtime = PluginRuntime::new(RuntimeOptions {
         cache_dir: None,
         max_concurrent_calls: 2,
@@ -52,7 +52,12 @@ async fn wasm() -> WasmRouter {
         .apply(RegistryConfig::default(), &LocalFetch::default())
         .await;
     assert!(report.failed.is_empty(), "{report:?}");
-    WasmRouter(registry.resolve(Hook::Routing, None).unwrap())
+    Arc::new(WasmRouter(registry.resolve(Hook::Routing, None).unwrap()))
+}
+
+/// The same logic as a native library.
+fn native() -> Arc<dyn Router> {
+    Arc::new(Native::default())
 }
 
 fn read(case: &Path) -> Snapshot {
@@ -115,7 +120,7 @@ async fn the_native_library_and_the_component_plan_the_same() {
         let a = wasmop::routing::plan_dir(&dir, &router, &cfg, OutputFormat::Json)
             .await
             .unwrap();
-        let b = wasmop::routing::plan_dir(&dir, &Native::default(), &cfg, OutputFormat::Json)
+        let b = wasmop::routing::plan_dir(&dir, &native(), &cfg, OutputFormat::Json)
             .await
             .unwrap();
         assert_eq!(a, b, "{}", case.display());
@@ -219,7 +224,7 @@ fn apply(snapshot: &mut Snapshot, plan: &Plan) {
 
 #[tokio::test]
 async fn an_applied_plan_converges() {
-    let router = Native::default();
+    let router = native();
     let cfg = PlanConfig::default();
     for case in cases() {
         let mut s = read(&case);
@@ -253,7 +258,7 @@ fn routes(s: &Snapshot) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn deleting_a_dynamic_env_restores_every_virtual_service_exactly() {
-    let router = Native::default();
+    let router = native();
     let cfg = PlanConfig::default();
     for case in cases() {
         let original = read(&case);
@@ -309,7 +314,7 @@ async fn deleting_a_dynamic_env_restores_every_virtual_service_exactly() {
 
 #[tokio::test]
 async fn dynamic_envs_whose_names_prefix_each_other_never_touch_each_others_routes() {
-    let router = Native::default();
+    let router = native();
     let cfg = PlanConfig::default();
     let original = read(&fixtures().join("names-prefixing-each-other"));
     let mut s = original.clone();
@@ -351,7 +356,7 @@ fn status_of(plan: &Plan, de: &str) -> DynamicEnvStatus {
 #[tokio::test]
 async fn routes_and_clones_are_resynced_and_fixed_errors_leave_the_status() {
     let s = read(&fixtures().join("resync-and-errors-cleared"));
-    let p = plan(&s, &Native::default(), &PlanConfig::default()).await;
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
     let status = status_of(&p, "bookinfo/jason");
     let entry = &status.subsets_status["bookinfo/reviews"];
     assert!(
@@ -395,7 +400,7 @@ async fn routes_and_clones_are_resynced_and_fixed_errors_leave_the_status() {
 async fn destination_rule_traffic_policies_are_kept() {
     let p = plan(
         &read(&fixtures().join("simple")),
-        &Native::default(),
+        &native(),
         &PlanConfig::default(),
     )
     .await;
@@ -421,7 +426,7 @@ async fn destination_rule_traffic_policies_are_kept() {
 async fn a_service_with_an_empty_selector_matches_nothing() {
     let p = plan(
         &read(&fixtures().join("empty-selector-and-missing-base")),
-        &Native::default(),
+        &native(),
         &PlanConfig::default(),
     )
     .await;
@@ -455,7 +460,7 @@ async fn every_generated_name_is_a_dns_label_of_at_most_63_characters() {
     de["metadata"]["name"] = json!("d".repeat(253));
     de["metadata"]["namespace"] = json!(long_ns);
     s.dynamic_envs = vec![Arc::new(serde_json::from_value(de).unwrap())];
-    let p = plan(&s, &Native::default(), &PlanConfig::default()).await;
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
     let mut names_seen = BTreeSet::new();
     for w in &p.writes {
         if let Write::Apply { object, .. } = w {
@@ -516,7 +521,12 @@ impl Router for Meddling {
 async fn failure_policy_fail_reports_the_error_and_ignore_leaves_the_virtual_service() {
     let s = read(&fixtures().join("simple"));
     let cfg = PlanConfig::default();
-    let fail = plan(&s, &Failing(FailurePolicy::Fail), &cfg).await;
+    let fail = plan(
+        &s,
+        &(Arc::new(Failing(FailurePolicy::Fail)) as Arc<dyn Router>),
+        &cfg,
+    )
+    .await;
     let status = status_of(&fail, "bookinfo/jason");
     assert_eq!(status.state.as_deref(), Some("degraded"));
     let entry = &status.subsets_status["bookinfo/reviews"];
@@ -540,7 +550,12 @@ async fn failure_policy_fail_reports_the_error_and_ignore_leaves_the_virtual_ser
         "the clone and DestinationRule are still made"
     );
 
-    let ignore = plan(&s, &Failing(FailurePolicy::Ignore), &cfg).await;
+    let ignore = plan(
+        &s,
+        &(Arc::new(Failing(FailurePolicy::Ignore)) as Arc<dyn Router>),
+        &cfg,
+    )
+    .await;
     let status = status_of(&ignore, "bookinfo/jason");
     assert_eq!(status.state.as_deref(), Some("processing"), "not degraded");
     let entry = &status.subsets_status["bookinfo/reviews"];
@@ -553,7 +568,7 @@ async fn failure_policy_fail_reports_the_error_and_ignore_leaves_the_virtual_ser
             .any(|w| matches!(w, Write::Routes { .. }))
     );
 
-    let meddled = plan(&s, &Meddling, &cfg).await;
+    let meddled = plan(&s, &(Arc::new(Meddling) as Arc<dyn Router>), &cfg).await;
     let status = status_of(&meddled, "bookinfo/jason");
     let e = &status.subsets_status["bookinfo/reviews"]
         .subset_errors

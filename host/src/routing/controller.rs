@@ -249,14 +249,14 @@ impl Routing {
     }
 
     /// The router `de` uses: its `spec.plugin`, else the registry's default.
-    fn router_for(&self, de: &DynamicEnv) -> Box<dyn Router> {
+    fn router_for(&self, de: &DynamicEnv) -> Arc<dyn Router> {
         match self
             .ctx
             .registry
             .resolve(Hook::Routing, de.spec.plugin.as_deref())
         {
-            Ok(p) => Box::new(WasmRouter(p)),
-            Err(e) => Box::new(Unavailable {
+            Ok(p) => Arc::new(WasmRouter(p)),
+            Err(e) => Arc::new(Unavailable {
                 name: de.spec.plugin.clone().unwrap_or_else(|| "(default)".into()),
                 reason: e.to_string(),
             }),
@@ -393,10 +393,11 @@ impl Routing {
                     key,
                     namespace,
                     name,
-                    expected,
+                    base,
                     http,
                     ..
                 } => {
+                    let expected = base.spec.http.as_deref().unwrap_or_default();
                     let chain = plan.chains.get(key).cloned().unwrap_or_default();
                     self.write_routes(
                         de,
@@ -623,7 +624,7 @@ impl Routing {
         let key = de_key(&de);
         let router = self.router_for(&de);
         let snapshot = self.snapshot_for(&de);
-        let plan = plan(&snapshot, router.as_ref(), &self.cfg).await;
+        let plan = plan(&snapshot, &router, &self.cfg).await;
         let mut failures = Vec::new();
         for r in plan.ir.resources().filter(|r| r.kind == "VirtualService") {
             for c in &r.routes {
@@ -674,12 +675,12 @@ impl Routing {
     async fn cleanup(&self, de: Arc<DynamicEnv>) -> Result<Action, Error> {
         let key = de_key(&de);
         let snapshot = removal_snapshot(&self.snapshot_for(&de), &de);
-        let router = Unavailable {
+        let router: Arc<dyn Router> = Arc::new(Unavailable {
             name: "(none)".into(),
             reason: "no routes are made while a DynamicEnv is deleted".into(),
-        };
+        });
         let plan = plan(&snapshot, &router, &self.cfg).await;
-        self.write(&de, &snapshot, &plan, &router).await?;
+        self.write(&de, &snapshot, &plan, router.as_ref()).await?;
         self.interest
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -740,15 +741,25 @@ impl Routing {
         let present = self.caches.services.get(&ObjectRef::from_obj(s)).is_some();
         let fp = present.then(|| fingerprint_service(s));
         let key = ir::key("Service", &ns, &name);
+        let selector = s
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .unwrap_or_default();
         self.refs(|de, interest| match interest {
             None => spec_namespaces(de).contains(ns.as_str()),
-            Some(i) => {
-                i.namespaces.contains(&ns)
-                    && match i.objects.get(&key) {
-                        Some(recorded) => *recorded != fp,
-                        None => present,
-                    }
-            }
+            Some(i) => match i.objects.get(&key) {
+                // A host of the DynamicEnv: its selector changed, or it is gone.
+                Some(recorded) => *recorded != fp,
+                // A Service that now selects one of its bases is a new host.
+                None => {
+                    present
+                        && !selector.is_empty()
+                        && i.pod_labels.iter().any(|(n, labels)| {
+                            *n == ns && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                        })
+                }
+            },
         })
     }
 
@@ -762,17 +773,18 @@ impl Routing {
         let fp = present.then(|| fingerprint_destination_rule(d));
         let key = ir::key("DestinationRule", &ns, &name);
         let owner = clone::owner(&d.metadata).map(str::to_owned);
+        let host = istio::service_of_host(&d.spec.host, &ns);
         self.refs(|de, interest| {
             let mine = owner.as_deref() == Some(de_key(de).as_str());
             match interest {
                 None => mine || spec_namespaces(de).contains(ns.as_str()),
-                Some(i) => {
-                    (mine || i.namespaces.contains(&ns))
-                        && match i.objects.get(&key) {
-                            Some(recorded) => *recorded != fp,
-                            None => present || mine,
-                        }
-                }
+                Some(i) => match i.objects.get(&key) {
+                    // A base rule it uses, or one it made: changed or gone.
+                    Some(recorded) => *recorded != fp,
+                    // One it made and did not plan (e.g. left over), or a rule for one of its
+                    // hosts that may now be a base.
+                    None => mine || host.as_ref().is_some_and(|h| i.hosts.contains(h)),
+                },
             }
         })
     }

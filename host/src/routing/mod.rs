@@ -223,7 +223,7 @@ async fn load_router(plugin: &str, settings: &str) -> anyhow::Result<WasmRouter>
 /// An unreadable directory or file, or a document of a known kind that does not parse.
 pub async fn plan_dir(
     dir: &std::path::Path,
-    router: &dyn Router,
+    router: &Arc<dyn Router>,
     cfg: &PlanConfig,
     format: OutputFormat,
 ) -> anyhow::Result<String> {
@@ -245,7 +245,7 @@ pub async fn plan_dir(
 /// # Errors
 /// Unreadable input, or a router that cannot be loaded.
 pub async fn plan_command(opts: PlanOptions) -> anyhow::Result<ExitCode> {
-    let router = load_router(&opts.plugin, &opts.settings).await?;
+    let router: Arc<dyn Router> = Arc::new(load_router(&opts.plugin, &opts.settings).await?);
     let out = plan_dir(&opts.dir, &router, &opts.routing.plan_config(), opts.output).await?;
     std::io::stdout().write_all(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)

@@ -144,6 +144,12 @@ pub fn is_dynamic_env_route(route_name: &str) -> bool {
         })
 }
 
+/// The DynamicEnv token (`dynamic-environment-<8 hex>`) a route name starts with, if it is
+/// a DynamicEnv's route.
+pub fn token_of_route(route_name: &str) -> Option<&str> {
+    is_dynamic_env_route(route_name).then(|| &route_name[..ROUTE_PREFIX_START.len() + DE_TOKEN_LEN])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +265,11 @@ mod tests {
         let p = route_prefix("default", "de", "default", "reviews", "reviews");
         assert!(is_dynamic_env_route(&format!("{p}3")));
         assert!(p.starts_with(&subset_route_token("default", "de", "default", "reviews")));
+        assert_eq!(
+            token_of_route(&format!("{p}3")),
+            Some(route_token("default", "de").as_str())
+        );
+        assert_eq!(token_of_route("default"), None);
         for other in [
             "dynamic-environment-default-de-reviews-0",
             "reviews",

@@ -37,6 +37,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource as _, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
@@ -134,9 +135,9 @@ pub enum Write {
         added: Vec<String>,
         /// Names of the routes removed (or rewritten).
         removed: Vec<String>,
-        /// The `spec.http` the plan was made from.
+        /// The VirtualService the plan was made from.
         #[serde(skip)]
-        expected: Vec<Value>,
+        base: Arc<VirtualService>,
         /// The new `spec.http`.
         http: Vec<Value>,
     },
@@ -170,7 +171,7 @@ impl Write {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Strip {
     /// Route tokens of the DynamicEnvs planned.
-    pub tokens: Vec<String>,
+    pub tokens: Arc<BTreeSet<String>>,
     /// Prefixes kept: the calls' route prefixes and the tokens of subsets kept as they were.
     pub keep: Vec<String>,
 }
@@ -178,7 +179,7 @@ pub struct Strip {
 impl Strip {
     /// Whether the route named `name` is removed.
     pub fn drops(&self, name: &str) -> bool {
-        self.tokens.iter().any(|t| name.starts_with(t.as_str()))
+        names::token_of_route(name).is_some_and(|t| self.tokens.contains(t))
             && !self.keep.iter().any(|k| name.starts_with(k.as_str()))
     }
 }
@@ -231,6 +232,9 @@ pub struct Interest {
     pub bases: BTreeSet<(String, String)>,
     /// Service hosts of its subsets, as `(namespace, service)`.
     pub hosts: BTreeSet<(String, String)>,
+    /// Pod labels of its subsets' bases, as `(namespace, labels)`: a Service selecting them
+    /// becomes a host.
+    pub pod_labels: Vec<(String, BTreeMap<String, String>)>,
     /// IR key → fingerprint (see the `fingerprint_*` functions).
     pub objects: BTreeMap<String, Option<u64>>,
 }
@@ -241,6 +245,42 @@ fn hash_of(parts: &[&dyn erased::HashJson]) -> u64 {
         p.hash_json(&mut h);
     }
     h.finish()
+}
+
+/// Hashes a JSON value by walking it (cheaper than printing it).
+fn hash_value(v: &Value, h: &mut DefaultHasher) {
+    match v {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => {
+            h.write_u8(1);
+            h.write_u8(u8::from(*b));
+        }
+        Value::Number(n) => {
+            h.write_u8(2);
+            h.write(n.to_string().as_bytes());
+        }
+        Value::String(s) => {
+            h.write_u8(3);
+            h.write(s.as_bytes());
+            h.write_u8(0xff);
+        }
+        Value::Array(a) => {
+            h.write_u8(4);
+            h.write_usize(a.len());
+            for x in a {
+                hash_value(x, h);
+            }
+        }
+        Value::Object(m) => {
+            h.write_u8(5);
+            h.write_usize(m.len());
+            for (k, x) in m {
+                h.write(k.as_bytes());
+                h.write_u8(0xff);
+                hash_value(x, h);
+            }
+        }
+    }
 }
 
 mod erased {
@@ -281,15 +321,25 @@ pub fn fingerprint_destination_rule(d: &DestinationRule) -> u64 {
 /// the routes no DynamicEnv owns, and the routes named with `token`. Routes other DynamicEnvs
 /// add or remove do not change it.
 pub fn fingerprint_virtual_service(token: &str, hosts: &[String], http: &[Value]) -> u64 {
-    let base: Vec<&Value> = http
-        .iter()
-        .filter(|r| !istio::route_name(r).is_some_and(names::is_dynamic_env_route))
-        .collect();
-    let own: Vec<&Value> = http
-        .iter()
-        .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(token)))
-        .collect();
-    hash_of(&[&hosts, &base, &own])
+    let mut h = DefaultHasher::new();
+    for host in hosts {
+        h.write(host.as_bytes());
+        h.write_u8(0xff);
+    }
+    for r in http {
+        match istio::route_name(r) {
+            Some(n) if n.starts_with(token) => {
+                h.write_u8(1);
+                hash_value(r, &mut h);
+            }
+            Some(n) if names::is_dynamic_env_route(n) => {}
+            _ => {
+                h.write_u8(2);
+                hash_value(r, &mut h);
+            }
+        }
+    }
+    h.finish()
 }
 
 type NsName<'a> = (&'a str, &'a str);
@@ -298,14 +348,17 @@ type NsName<'a> = (&'a str, &'a str);
 struct Index<'a> {
     deployments: HashMap<NsName<'a>, &'a Deployment>,
     services: HashMap<&'a str, Vec<&'a Service>>,
-    destination_rules: HashMap<&'a str, Vec<&'a DestinationRule>>,
+    /// `(namespace, service)` → DestinationRules of that namespace for that host, by name.
+    dr_by_service: HashMap<(String, String), Vec<&'a DestinationRule>>,
     destination_rules_by_name: HashMap<NsName<'a>, &'a DestinationRule>,
-    virtual_services: BTreeMap<NsName<'a>, &'a VirtualService>,
+    /// `<namespace>/<name>` of a DynamicEnv → the objects it made: (kind, metadata).
+    owned: HashMap<&'a str, Vec<(&'static str, &'a ObjectMeta)>>,
+    virtual_services: BTreeMap<NsName<'a>, &'a Arc<VirtualService>>,
     /// `(namespace, service)` → VirtualServices whose hosts name it.
     vs_by_service: HashMap<(String, String), Vec<NsName<'a>>>,
 }
 
-fn ns_name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> NsName<'_> {
+fn ns_name(meta: &ObjectMeta) -> NsName<'_> {
     (
         meta.namespace.as_deref().unwrap_or("default"),
         meta.name.as_deref().unwrap_or_default(),
@@ -324,21 +377,38 @@ impl<'a> Index<'a> {
         for list in services.values_mut() {
             list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         }
-        let mut destination_rules: HashMap<&str, Vec<&DestinationRule>> = HashMap::new();
+        let mut dr_by_service: HashMap<(String, String), Vec<&DestinationRule>> = HashMap::new();
         for dr in &s.destination_rules {
-            destination_rules
-                .entry(ns_name(&dr.metadata).0)
-                .or_default()
-                .push(dr);
+            let ns = ns_name(&dr.metadata).0;
+            if let Some(svc) = istio::service_of_host(&dr.spec.host, ns)
+                && svc.0 == ns
+            {
+                dr_by_service.entry(svc).or_default().push(dr);
+            }
         }
-        for list in destination_rules.values_mut() {
+        for list in dr_by_service.values_mut() {
             list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        }
+        let mut owned: HashMap<&str, Vec<(&'static str, &ObjectMeta)>> = HashMap::new();
+        let made = s
+            .deployments
+            .iter()
+            .map(|d| ("Deployment", &d.metadata))
+            .chain(
+                s.destination_rules
+                    .iter()
+                    .map(|d| ("DestinationRule", &d.metadata)),
+            );
+        for (kind, meta) in made {
+            if let Some(owner) = clone::owner(meta) {
+                owned.entry(owner).or_default().push((kind, meta));
+            }
         }
         let mut vs_by_service: HashMap<(String, String), Vec<NsName<'a>>> = HashMap::new();
         let mut virtual_services = BTreeMap::new();
         for vs in &s.virtual_services {
             let id = ns_name(&vs.metadata);
-            virtual_services.insert(id, vs.as_ref());
+            virtual_services.insert(id, vs);
             let mut seen = BTreeSet::new();
             for host in &vs.spec.hosts {
                 if let Some(svc) = istio::service_of_host(host, id.0)
@@ -358,12 +428,13 @@ impl<'a> Index<'a> {
                 .map(|d| (ns_name(&d.metadata), d.as_ref()))
                 .collect(),
             services,
+            dr_by_service,
+            owned,
             destination_rules_by_name: s
                 .destination_rules
                 .iter()
                 .map(|d| (ns_name(&d.metadata), d.as_ref()))
                 .collect(),
-            destination_rules,
             virtual_services,
             vs_by_service,
         }
@@ -444,28 +515,26 @@ struct DePlan {
 struct Planner<'a> {
     cfg: &'a PlanConfig,
     index: Index<'a>,
-    snapshot: &'a Snapshot,
     ir: Ir,
     applies: Vec<Write>,
     deletes: Vec<Write>,
     chains: BTreeMap<String, Chain>,
     /// Tokens of subsets whose routes are kept as they are (their plan failed).
     kept_tokens: Vec<String>,
-    tokens: Vec<String>,
+    tokens: BTreeSet<String>,
 }
 
 /// Plans every DynamicEnv of `snapshot`; see the module documentation.
-pub async fn plan(snapshot: &Snapshot, router: &dyn Router, cfg: &PlanConfig) -> Plan {
+pub async fn plan(snapshot: &Snapshot, router: &Arc<dyn Router>, cfg: &PlanConfig) -> Plan {
     let mut p = Planner {
         cfg,
         index: Index::new(snapshot),
-        snapshot,
         ir: Ir::default(),
         applies: Vec::new(),
         deletes: Vec::new(),
         chains: BTreeMap::new(),
         kept_tokens: Vec::new(),
-        tokens: Vec::new(),
+        tokens: BTreeSet::new(),
     };
     let mut des: Vec<DePlan> = snapshot
         .dynamic_envs
@@ -482,33 +551,60 @@ pub async fn plan(snapshot: &Snapshot, router: &dyn Router, cfg: &PlanConfig) ->
         ..
     } = p;
 
-    // The router calls: one chain per VirtualService, chains side by side.
-    type Routed<'f> = std::pin::Pin<
-        Box<dyn std::future::Future<Output = (String, (Vec<Value>, Vec<Outcome>))> + Send + 'f>,
-    >;
-    let calls: Vec<Routed<'_>> = chains
-        .iter()
-        .map(|(key, chain)| {
-            let (ns, name) = split_key(key);
-            let vs = index.virtual_services[&(ns, name)];
-            let key = key.clone();
-            Box::pin(async move { (key, run_chain(router, vs, chain).await) }) as Routed<'_>
-        })
-        .collect();
-    let results: BTreeMap<String, (Vec<Value>, Vec<Outcome>)> = {
-        use futures::StreamExt;
-        futures::stream::iter(calls)
-            .buffer_unordered(16)
-            .collect()
+    // The router calls: one chain per VirtualService, chains side by side on the runtime's
+    // worker threads.
+    let permits = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = Vec::with_capacity(chains.len());
+    for (key, chain) in &chains {
+        let (ns, name) = split_key(key);
+        let vs = Arc::clone(index.virtual_services[&(ns, name)]);
+        let (key, chain, router, permits) =
+            (key.clone(), chain.clone(), router.clone(), permits.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            (key, run_chain(router.as_ref(), &vs, &chain).await)
+        }));
+    }
+    let mut results: BTreeMap<String, (Vec<Value>, Vec<Outcome>)> = BTreeMap::new();
+    for task in tasks {
+        let (key, result) = task
             .await
-    };
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        results.insert(key, result);
+    }
+
+    let mut statuses = BTreeMap::new();
+    let mut interests = BTreeMap::new();
+    for de in &mut des {
+        let status = finish_dynamic_env(&mut ir, de, &results);
+        // Fingerprints of the VirtualServices as the writes leave them.
+        for (key, fp) in &mut de.interest.objects {
+            if !key.starts_with("VirtualService/") {
+                continue;
+            }
+            let (ns, name) = split_key(key);
+            if let Some(vs) = index.virtual_services.get(&(ns, name)) {
+                let http = results.get(key).map_or_else(
+                    || vs.spec.http.as_deref().unwrap_or_default(),
+                    |(http, _)| http.as_slice(),
+                );
+                *fp = Some(fingerprint_virtual_service(
+                    &de.interest.token,
+                    &vs.spec.hosts,
+                    http,
+                ));
+            }
+        }
+        statuses.insert(de.key.clone(), status);
+        interests.insert(de.key.clone(), std::mem::take(&mut de.interest));
+    }
 
     let mut routes = Vec::new();
-    for (key, (http, outcomes)) in &results {
-        let (ns, name) = split_key(key);
+    for (key, (http, outcomes)) in results {
+        let (ns, name) = split_key(&key);
         let vs = index.virtual_services[&(ns, name)];
-        let res = ir.add(key, "VirtualService", vs_location(vs));
-        for (call, outcome) in chains[key].calls.iter().zip(outcomes) {
+        let res = ir.add(&key, "VirtualService", vs_location(vs));
+        for (call, outcome) in chains[&key].calls.iter().zip(&outcomes) {
             res.routes.push(RouteCallRecord {
                 subset: call.subset.clone(),
                 host: call.request.host.clone(),
@@ -520,40 +616,21 @@ pub async fn plan(snapshot: &Snapshot, router: &dyn Router, cfg: &PlanConfig) ->
                 },
             });
         }
-        let before = vs.spec.http.clone().unwrap_or_default();
-        if *http != before {
-            let (added, removed) = route_diff(&before, http);
+        let before = vs.spec.http.as_deref().unwrap_or_default();
+        if http != before {
+            let (added, removed) = route_diff(before, &http, &chains[&key].strip);
             routes.push(Write::Routes {
-                key: key.clone(),
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
                 added,
                 removed,
-                expected: before,
-                http: http.clone(),
+                base: vs.clone(),
+                http,
+                key,
             });
         }
     }
 
-    let mut statuses = BTreeMap::new();
-    let mut interests = BTreeMap::new();
-    for de in &mut des {
-        let status = finish_dynamic_env(&mut ir, de, &results);
-        // Fingerprints of the VirtualServices as the writes leave them.
-        for (key, fp) in &mut de.interest.objects {
-            if let Some((http, _)) = results.get(key) {
-                let (ns, name) = split_key(key);
-                let vs = index.virtual_services[&(ns, name)];
-                *fp = Some(fingerprint_virtual_service(
-                    &de.interest.token,
-                    &vs.spec.hosts,
-                    http,
-                ));
-            }
-        }
-        statuses.insert(de.key.clone(), status);
-        interests.insert(de.key.clone(), std::mem::take(&mut de.interest));
-    }
     ir.finalize();
     let mut writes = applies;
     writes.extend(routes);
@@ -567,20 +644,22 @@ pub async fn plan(snapshot: &Snapshot, router: &dyn Router, cfg: &PlanConfig) ->
     }
 }
 
-/// Names of the routes added (new, or changed under the same name) and removed (gone, or
-/// changed) between two route lists; unnamed routes are `(unnamed)`.
-fn route_diff(before: &[Value], after: &[Value]) -> (Vec<String>, Vec<String>) {
-    let label = |r: &Value| istio::route_name(r).unwrap_or("(unnamed)").to_owned();
-    let added = after
-        .iter()
-        .filter(|r| !before.contains(r))
-        .map(label)
-        .collect();
-    let removed = before
-        .iter()
-        .filter(|r| !after.contains(r))
-        .map(label)
-        .collect();
+/// Names of the routes added (new or changed) and removed (gone or changed) between two route
+/// lists, among the routes of the DynamicEnvs planned (`strip.tokens`): the plan checked
+/// that no other route changed.
+fn route_diff(before: &[Value], after: &[Value], strip: &Strip) -> (Vec<String>, Vec<String>) {
+    let planned = |r: &&Value| {
+        istio::route_name(r)
+            .and_then(names::token_of_route)
+            .is_some_and(|t| strip.tokens.contains(t))
+    };
+    let (old, new): (Vec<&Value>, Vec<&Value>) = (
+        before.iter().filter(planned).collect(),
+        after.iter().filter(planned).collect(),
+    );
+    let label = |r: &&Value| istio::route_name(r).unwrap_or_default().to_owned();
+    let added = new.iter().filter(|r| !old.contains(r)).map(label).collect();
+    let removed = old.iter().filter(|r| !new.contains(r)).map(label).collect();
     (added, removed)
 }
 
@@ -608,19 +687,43 @@ fn vs_location(vs: &VirtualService) -> String {
 /// The VirtualService as the router sees it: apiVersion, kind, name, namespace, labels and the
 /// spec with `http` as given.
 fn vs_json(vs: &VirtualService, http: &[Value]) -> String {
-    let mut spec = serde_json::to_value(&vs.spec).unwrap_or_default();
-    spec["http"] = Value::Array(http.to_vec());
-    serde_json::json!({
-        "apiVersion": VirtualService::api_version(&()),
-        "kind": VirtualService::kind(&()),
-        "metadata": {
-            "name": vs.metadata.name,
-            "namespace": vs.metadata.namespace,
-            "labels": vs.metadata.labels,
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct View<'a> {
+        api_version: &'static str,
+        kind: &'static str,
+        metadata: Meta<'a>,
+        spec: Spec<'a>,
+    }
+    #[derive(Serialize)]
+    struct Meta<'a> {
+        name: &'a Option<String>,
+        namespace: &'a Option<String>,
+        labels: &'a Option<BTreeMap<String, String>>,
+    }
+    #[derive(Serialize)]
+    struct Spec<'a> {
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        hosts: &'a [String],
+        http: &'a [Value],
+        #[serde(flatten)]
+        other: &'a serde_json::Map<String, Value>,
+    }
+    serde_json::to_string(&View {
+        api_version: "networking.istio.io/v1",
+        kind: "VirtualService",
+        metadata: Meta {
+            name: &vs.metadata.name,
+            namespace: &vs.metadata.namespace,
+            labels: &vs.metadata.labels,
         },
-        "spec": spec,
+        spec: Spec {
+            hosts: &vs.spec.hosts,
+            http,
+            other: &vs.spec.other,
+        },
     })
-    .to_string()
+    .unwrap_or_default()
 }
 
 /// Runs `chain` on `vs`: removes the routes `chain.strip` drops, then makes each call on the
@@ -657,13 +760,17 @@ pub async fn run_chain(
         });
         outcomes.push(match answer {
             Ok(out) => {
-                let ours = |list: &[Value]| -> Vec<String> {
-                    let mut v: Vec<String> = list
+                let ours = |list: &[Value]| -> Vec<u64> {
+                    let mut v: Vec<u64> = list
                         .iter()
                         .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(prefix)))
-                        .map(Value::to_string)
+                        .map(|r| {
+                            let mut h = DefaultHasher::new();
+                            hash_value(r, &mut h);
+                            h.finish()
+                        })
                         .collect();
-                    v.sort();
+                    v.sort_unstable();
                     v
                 };
                 let mine = ours(&out);
@@ -736,7 +843,7 @@ impl<'a> Planner<'a> {
         self.ir
             .add(&ir_key, "DynamicEnv", format!("DynamicEnv {key}"));
         let token = names::route_token(de_ns, de_name);
-        self.tokens.push(token.clone());
+        self.tokens.insert(token.clone());
         let mut interest = Interest {
             token,
             ..Interest::default()
@@ -818,17 +925,11 @@ impl<'a> Planner<'a> {
         // Garbage: what this DynamicEnv made earlier and no longer wants.
         let mut removing_objects: BTreeMap<String, Vec<(String, String, String)>> = BTreeMap::new();
         let owned = self
-            .snapshot
-            .deployments
-            .iter()
-            .map(|d| ("Deployment", &d.metadata))
-            .chain(
-                self.snapshot
-                    .destination_rules
-                    .iter()
-                    .map(|d| ("DestinationRule", &d.metadata)),
-            )
-            .filter(|(_, m)| clone::owner(m) == Some(key.as_str()));
+            .index
+            .owned
+            .get(key.as_str())
+            .cloned()
+            .unwrap_or_default();
         for (kind, meta) in owned {
             let (ns, name) = ns_name(meta);
             let id = (kind.to_owned(), ns.to_owned(), name.to_owned());
@@ -1037,25 +1138,22 @@ impl<'a> Planner<'a> {
             .and_then(|s| s.template.metadata.as_ref())
             .and_then(|m| m.labels.clone())
             .unwrap_or_default();
-        let services: Vec<&Service> = self
+        let hosts: Vec<String> = self
             .index
             .services
             .get(ns)
             .into_iter()
             .flatten()
-            .copied()
-            .collect();
-        for svc in &services {
-            interest.objects.insert(
-                ir::key("Service", ns, &svc.name_any()),
-                Some(fingerprint_service(svc)),
-            );
-        }
-        let hosts: Vec<String> = services
-            .iter()
             .filter(|s| selects(s, &pod_labels))
-            .map(|s| s.name_any())
+            .map(|svc| {
+                interest.objects.insert(
+                    ir::key("Service", ns, &svc.name_any()),
+                    Some(fingerprint_service(svc)),
+                );
+                svc.name_any()
+            })
             .collect();
+        interest.pod_labels.push((ns.to_owned(), pod_labels));
         if hosts.is_empty() {
             let e = format!(
                 "no Service in namespace {ns} selects the pods of Deployment {}: nothing to route to (a Service with an empty selector selects nothing)",
@@ -1064,12 +1162,6 @@ impl<'a> Planner<'a> {
             self.ir.post_error(&entry.ir_key, &e);
             entry.errors.subset.push(e);
             return true;
-        }
-        for dr in self.index.destination_rules.get(ns).into_iter().flatten() {
-            interest.objects.insert(
-                ir::key("DestinationRule", ns, &dr.name_any()),
-                Some(fingerprint_destination_rule(dr)),
-            );
         }
         let default_version = subset
             .default_version
@@ -1090,6 +1182,7 @@ impl<'a> Planner<'a> {
                 host,
                 entry,
                 wanted,
+                interest,
             );
             if dr_active {
                 entry.dr_active_hosts += 1;
@@ -1120,6 +1213,7 @@ impl<'a> Planner<'a> {
         host: &str,
         entry: &mut EntryPlan,
         wanted: &mut BTreeSet<(String, String, String)>,
+        interest: &mut Interest,
     ) -> bool {
         let (de_ns, de_name) = ns_name(&de.metadata);
         let owner = format!("{de_ns}/{de_name}");
@@ -1129,12 +1223,11 @@ impl<'a> Planner<'a> {
         let label = self.cfg.version_label.as_str();
         let base =
             self.index
-                .destination_rules
-                .get(ns)
+                .dr_by_service
+                .get(&(ns.to_owned(), host.to_owned()))
                 .into_iter()
                 .flatten()
                 .filter(|dr| clone::owner(&dr.metadata).is_none())
-                .filter(|dr| istio::host_is_service(&dr.spec.host, ns, host, ns))
                 .find_map(|dr| {
                     let s = dr.spec.subsets.iter().find(|s| {
                         s.labels.get(label).map(String::as_str) == Some(default_version)
@@ -1160,6 +1253,9 @@ impl<'a> Planner<'a> {
             return false;
         };
         let base_key = ir::key("DestinationRule", ns, &base.name_any());
+        interest
+            .objects
+            .insert(base_key.clone(), Some(fingerprint_destination_rule(base)));
         self.ir.add(
             &base_key,
             "DestinationRule",
@@ -1237,6 +1333,11 @@ impl<'a> Planner<'a> {
         annotations[clone::APPLIED_HASH_ANNOTATION] = Value::String(hash.clone());
         object["metadata"]["annotations"] = annotations;
         wanted.insert(("DestinationRule".into(), ns.to_owned(), name.clone()));
+        if let Ok(planned) = serde_json::from_value::<DestinationRule>(object.clone()) {
+            interest
+                .objects
+                .insert(dr_key.clone(), Some(fingerprint_destination_rule(&planned)));
+        }
         match existing {
             None => self.applies.push(Write::Apply {
                 key: dr_key.clone(),
@@ -1366,14 +1467,8 @@ impl<'a> Planner<'a> {
         let key = ir::key("VirtualService", ns, name);
         self.ir.add(&key, "VirtualService", vs_location(vs));
         self.ir.reference(&entry.ir_key, &key);
-        interest.objects.insert(
-            key.clone(),
-            Some(fingerprint_virtual_service(
-                &interest.token,
-                &vs.spec.hosts,
-                vs.spec.http.as_deref().unwrap_or_default(),
-            )),
-        );
+        // Fingerprinted once the calls are made.
+        interest.objects.insert(key.clone(), None);
         let call = if dr_active {
             let chain = self.chains.entry(key.clone()).or_default();
             let existing = chain
@@ -1404,10 +1499,9 @@ impl<'a> Planner<'a> {
     fn add_stale_route_chains(&mut self) {
         for (id, vs) in &self.index.virtual_services {
             let stale = vs.spec.http.iter().flatten().any(|r| {
-                istio::route_name(r).is_some_and(|n| {
-                    names::is_dynamic_env_route(n)
-                        && self.tokens.iter().any(|t| n.starts_with(t.as_str()))
-                })
+                istio::route_name(r)
+                    .and_then(names::token_of_route)
+                    .is_some_and(|t| self.tokens.contains(t))
             });
             if stale {
                 self.chains
@@ -1415,9 +1509,10 @@ impl<'a> Planner<'a> {
                     .or_default();
             }
         }
+        let tokens = Arc::new(self.tokens.clone());
         for chain in self.chains.values_mut() {
             chain.strip = Strip {
-                tokens: self.tokens.clone(),
+                tokens: tokens.clone(),
                 keep: chain
                     .calls
                     .iter()

@@ -39,9 +39,12 @@ impl Router for WasmRouter {
     }
 
     async fn route(&self, request: RouteRequest) -> Result<Vec<Value>, String> {
-        let response = self.0.route(request).await.map_err(|e| e.to_string())?;
-        serde_json::from_str(&response.http)
-            .map_err(|e| format!("plugin {:?}: routes are not JSON: {e}", self.name()))
+        let (_, routes) = self
+            .0
+            .route_parsed(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(routes)
     }
 }
 
