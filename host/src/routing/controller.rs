@@ -204,6 +204,19 @@ pub struct Routing {
 }
 
 impl Routing {
+    fn new(ctx: Arc<Context>, caches: Caches) -> Self {
+        Self {
+            cfg: ctx.options.routing.plan_config(),
+            ctx,
+            caches,
+            deployments: Overlay::new(),
+            destination_rules: Overlay::new(),
+            virtual_services: Overlay::new(),
+            vs_locks: Mutex::new(HashMap::new()),
+            interest: RwLock::new(HashMap::new()),
+        }
+    }
+
     /// The snapshot of `de`: the caches (with this process's writes laid over them) of its
     /// namespaces, the objects it made anywhere, and every VirtualService.
     fn snapshot_for(&self, de: &Arc<DynamicEnv>) -> Snapshot {
@@ -1000,22 +1013,16 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let (services, svc_stream) = cache(ctx.watched_api::<Service>());
     let (destination_rules, dr_stream) = cache(ctx.watched_api::<DestinationRule>());
     let (virtual_services, vs_stream) = cache(ctx.watched_api::<VirtualService>());
-    let routing = Arc::new(Routing {
-        cfg: ctx.options.routing.plan_config(),
-        ctx: ctx.clone(),
-        caches: Caches {
+    let routing = Arc::new(Routing::new(
+        ctx.clone(),
+        Caches {
             dynamic_envs: de_store.clone(),
             deployments,
             services,
             destination_rules,
             virtual_services,
         },
-        deployments: Overlay::new(),
-        destination_rules: Overlay::new(),
-        virtual_services: Overlay::new(),
-        vs_locks: Mutex::new(HashMap::new()),
-        interest: RwLock::new(HashMap::new()),
-    });
+    ));
     let (r1, r2, r3, r4) = (
         routing.clone(),
         routing.clone(),
@@ -1158,7 +1165,73 @@ fn set_state(de: &DynamicEnv, state: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugins::registry::Registry;
+    use crate::plugins::{PluginRuntime, RuntimeOptions};
+    use crate::runtime::RunOptions;
+    use clap::Parser;
     use serde_json::json;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunOptions,
+    }
+
+    /// A controller whose client points at a closed port (any request fails) and whose
+    /// caches are empty.
+    fn unreachable() -> (Arc<Context>, Routing) {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let runtime = PluginRuntime::new(RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+        })
+        .unwrap();
+        let ctx = Context::new(
+            client,
+            Registry::new(runtime),
+            Cli::parse_from(["wasmop"]).run,
+        )
+        .unwrap();
+        let caches = Caches {
+            dynamic_envs: reflector::store().0,
+            deployments: reflector::store().0,
+            services: reflector::store().0,
+            destination_rules: reflector::store().0,
+            virtual_services: reflector::store().0,
+        };
+        (ctx.clone(), Routing::new(ctx, caches))
+    }
+
+    #[tokio::test]
+    async fn a_passive_instance_sends_nothing_and_requeues() {
+        let (ctx, routing) = unreachable();
+        let de: Arc<DynamicEnv> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "wasmop.dev/v1alpha1", "kind": "DynamicEnv",
+                "metadata": {"name": "jason", "namespace": "bookinfo", "uid": "u"},
+                "spec": {"istioMatches": [{"headers": {"end-user": {"exact": "jason"}}}],
+                         "subsets": [{"name": "reviews", "namespace": "bookinfo",
+                                      "containers": [{"containerName": "reviews"}]}]}
+            }))
+            .unwrap(),
+        );
+        assert!(!ctx.gate().is_active(), "the operator starts passive");
+        let action = reconcile_inner(de.clone(), &routing).await.unwrap();
+        assert_eq!(action, Action::requeue(RESYNC));
+        assert!(
+            routing.interest.read().unwrap().is_empty(),
+            "nothing was planned"
+        );
+        // Once active, the same reconcile goes to the API server (here: fails to reach it).
+        ctx.gate().set_active(true);
+        let e = reconcile_inner(de, &routing).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::AddFinalizer(_))),
+            "{e}"
+        );
+    }
 
     fn vs(rv: &str, routes: usize) -> VirtualService {
         serde_json::from_value(json!({
