@@ -51,17 +51,10 @@ impl Router for WasmRouter {
 /// The default plugin's logic (`plugins/routing-istio`) called as a native library: the
 /// baseline of the benchmarks and the plan tests. Same input and output as the component,
 /// JSON parsing included.
+#[derive(Default)]
 pub struct Native {
     /// The plugin settings.
     pub settings: routing_istio::Settings,
-}
-
-impl Default for Native {
-    fn default() -> Self {
-        Self {
-            settings: routing_istio::Settings::default(),
-        }
-    }
 }
 
 #[async_trait::async_trait]
