@@ -1172,35 +1172,13 @@ fn set_state(de: &DynamicEnv, state: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::registry::Registry;
-    use crate::plugins::{PluginRuntime, RuntimeOptions};
-    use crate::runtime::RunOptions;
-    use clap::Parser;
-    use serde_json::json;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunOptions,
-    }
+    use serde_json::json;
 
     /// A controller whose client points at a closed port (any request fails) and whose
     /// caches are empty.
     fn unreachable() -> (Arc<Context>, Routing) {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let runtime = PluginRuntime::new(RuntimeOptions {
-            cache_dir: None,
-            max_concurrent_calls: 1,
-            pooling: false,
-        })
-        .unwrap();
-        let ctx = Context::new(
-            client,
-            Registry::new(runtime),
-            Cli::parse_from(["wasmop"]).run,
-        )
-        .unwrap();
+        let ctx = crate::runtime::test_support::unreachable_context(&[]);
         let caches = Caches {
             dynamic_envs: reflector::store().0,
             deployments: reflector::store().0,
