@@ -4,8 +4,8 @@
 //! writes apart. x = 1 s, y = 3.
 //!
 //! - `k8s-lease`: one becomes active, the other passive and writes nothing; SIGKILL the active →
-//!   the other is active within (y+1)·x plus a margin and reconciles an ElasticService created
-//!   meanwhile; cut the active off from the Lease (its namespace RoleBinding removed) while it
+//!   the other is active within (y+1)·x plus a margin and reconciles an ElasticService and a
+//!   DynamicEnv created meanwhile; cut the active off from the Lease (its namespace RoleBinding removed) while it
 //!   is busy writing → it demotes itself before the peer takes over, with no moment when both
 //!   wrote.
 //! - `dynamodb` against moto on loopback: the same, the cut made by a proxy between one
@@ -14,8 +14,8 @@
 //! Throughout, `/health/ready?checkifreadonly=true` answers 200 on the active, 502 on the
 //! passive, and never 200 on both.
 //!
-//! The reconciled resource is an ElasticService; a DynamicEnv joins it once its controller
-//! exists (the DR loop gates every controller alike).
+//! The reconciled resources are ElasticServices (and, in the SIGKILL test, a DynamicEnv: the
+//! DR loop gates every controller alike).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -196,6 +196,7 @@ async fn k8s_lease_takeover_after_sigkill() {
         let since = Timestamp::now();
         let (a, b) = start_pair(&ns, &peer, &[], &[]).await;
         let watch = HealthWatch::start(&[("a", &a.addr), ("b", &b.addr)]);
+        wasmop_tests::routing::bookinfo(&client, &ns, true).await;
         elastic_service(&client, &ns, "before").await;
         wait_reconciled(&client, &ns, "before").await;
         wait_renewals(&b, "dr-a").await;
@@ -219,6 +220,12 @@ async fn k8s_lease_takeover_after_sigkill() {
         let killed = Instant::now();
         drop(a); // SIGKILL, no goodbye
         elastic_service(&client, &ns, "after").await;
+        wasmop_tests::routing::create(
+            &client,
+            &ns,
+            wasmop_tests::routing::dynamic_env("after", &ns, "jason", "reviews:v2", false),
+        )
+        .await;
         wait_readonly(
             &b,
             200,
@@ -232,6 +239,8 @@ async fn k8s_lease_takeover_after_sigkill() {
             "took over {failover:?} after the kill"
         );
         wait_reconciled(&client, &ns, "after").await;
+        wasmop_tests::routing::wait_state(&client, &ns, "after", "ready", Duration::from_secs(60))
+            .await;
         let samples = watch.finish();
         assert_one_active_at_a_time(&samples);
         assert!(samples.iter().any(|s| s.answers["b"] == Some(502)));
@@ -249,6 +258,12 @@ async fn k8s_lease_takeover_after_sigkill() {
                 && w.object.starts_with("elasticservices")
                 && w.object.ends_with("/after")),
             "b reconciled the ElasticService created during the failover: {all:?}"
+        );
+        assert!(
+            all.iter().any(|w| w.user == peer.user
+                && w.object.starts_with("virtualservices")
+                && w.object.ends_with("/reviews")),
+            "b routed the DynamicEnv created during the failover: {all:?}"
         );
         let lease = kubectl_ok(&[
             "get",

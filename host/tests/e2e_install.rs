@@ -511,13 +511,6 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         OPERATOR,
         Scope::Cluster,
         "apps",
-        "deployments",
-        &["get", "patch"],
-    ),
-    (
-        OPERATOR,
-        Scope::Cluster,
-        "apps",
         "daemonsets",
         &["get", "patch"],
     ),
@@ -541,6 +534,38 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "",
         "replicationcontrollers",
         &["get", "patch"],
+    ),
+    // Routing: the DynamicEnv finalizer; clone Deployments beside their bases (server-side
+    // apply) and their deletion; DestinationRules likewise; VirtualServices read and their
+    // spec.http patched (never created, replaced or deleted). Restart reads and patches
+    // Deployments too.
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "wasmop.dev",
+        "dynamicenvs",
+        &["patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "apps",
+        "deployments",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "networking.istio.io",
+        "destinationrules",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        OPERATOR,
+        Scope::Cluster,
+        "networking.istio.io",
+        "virtualservices",
+        &["get", "list", "watch", "patch"],
     ),
     // The resolver: where a request goes, and the demand annotation.
     (
@@ -612,7 +637,21 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
         "configmaps",
         &["create", "update", "patch", "delete"],
     ),
-    (Some(NS), "apps", "deployments", &["create", "delete"]),
+    // Routing writes Deployments by server-side apply and deletion only (restart patches
+    // them), never replaces one, and never creates, replaces or deletes a VirtualService.
+    (None, "apps", "deployments", &["update"]),
+    (
+        None,
+        "networking.istio.io",
+        "virtualservices",
+        &["create", "update", "delete"],
+    ),
+    (
+        None,
+        "networking.istio.io",
+        "gateways",
+        &["create", "patch", "delete"],
+    ),
     (Some("default"), "", "configmaps", &["get", "list"]),
     (
         Some("default"),
@@ -622,7 +661,8 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
     ),
     (None, "wasmop.dev", "dynamicenvs", &["create", "delete"]),
     (None, "wasmop.dev", "elasticservices", &["create", "delete"]),
-    // Restart: pods are listed and deleted, workloads patched; nothing more.
+    // Restart: pods are listed and deleted, workloads patched; nothing more (routing's
+    // Deployment rights are above).
     (
         None,
         "wasmop.dev",
@@ -631,12 +671,6 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
     ),
     (None, "", "pods", &["create", "update", "patch", "watch"]),
     (None, "", "pods/eviction", &["create"]),
-    (
-        None,
-        "apps",
-        "deployments",
-        &["create", "update", "delete", "list"],
-    ),
     (None, "apps", "daemonsets", &["create", "update", "delete"]),
     (
         None,

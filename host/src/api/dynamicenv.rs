@@ -184,8 +184,10 @@ pub struct ResourceStatus {
 pub struct StatusError {
     /// The error text.
     pub error: String,
-    /// When it was last seen.
-    pub last_occurrence: Time,
+    /// When the error was first seen in its current run: kept while it persists, so an
+    /// unchanged error does not rewrite the status. Unset in `wasmop plan` output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_occurrence: Option<Time>,
 }
 
 /// Errors of one subset by the resource they concern.

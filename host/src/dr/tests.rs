@@ -696,35 +696,14 @@ async fn a_shorter_hold_applies_to_the_current_lease() {
 
 mod run_loop {
     use super::*;
-    use crate::plugins::registry::{LocalFetch, Registry, RegistryConfig};
-    use crate::plugins::{PluginRuntime, RuntimeOptions};
-    use crate::runtime::{Context, RunOptions};
-    use clap::Parser;
+    use crate::plugins::registry::{LocalFetch, RegistryConfig};
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunOptions,
-    }
+    use crate::runtime::Context;
 
     /// A context whose API server is unreachable (any request fails) with the builtins loaded
     /// from `yaml`.
     async fn context(yaml: &str) -> Arc<Context> {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let runtime = PluginRuntime::new(RuntimeOptions {
-            cache_dir: None,
-            max_concurrent_calls: 1,
-            pooling: false,
-        })
-        .unwrap();
-        let registry = Registry::new(runtime);
-        let ctx = Context::new(
-            client,
-            registry,
-            Cli::parse_from(["wasmop", "--identity", "solo"]).run,
-        )
-        .unwrap();
+        let ctx = crate::runtime::test_support::unreachable_context(&["--identity", "solo"]);
         reload(&ctx, yaml).await;
         ctx
     }

@@ -826,6 +826,18 @@ impl Plugin {
         self: &Arc<Self>,
         request: RouteRequest,
     ) -> Result<RouteResponse, CallError> {
+        let (response, _) = self.route_parsed(request).await?;
+        Ok(response)
+    }
+
+    /// As [`Plugin::route`], with the routes parsed once (the routing controller's path).
+    ///
+    /// # Errors
+    /// [`CallError`]; the response's `http` must be a JSON array of objects.
+    pub async fn route_parsed(
+        self: &Arc<Self>,
+        request: RouteRequest,
+    ) -> Result<(RouteResponse, Vec<serde_json::Value>), CallError> {
         self.expect_hook(Hook::Routing)?;
         let settings = self.settings_json.clone();
         let response: RouteResponse = self
@@ -840,7 +852,7 @@ impl Plugin {
             Ok(serde_json::Value::Array(items))
                 if items.iter().all(serde_json::Value::is_object) =>
             {
-                Ok(response)
+                Ok((response, items))
             }
             Ok(_) => Err(self.fail(Failure::InvalidOutput(
                 "route: `http` must be a JSON array of HTTPRoute objects".into(),

@@ -1275,35 +1275,12 @@ fn metrics() -> &'static Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::registry::Registry;
-    use crate::plugins::{PluginRuntime, RuntimeOptions};
-    use crate::runtime::RunOptions;
-    use clap::Parser;
+
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunOptions,
-    }
-
-    /// A context whose client points at a closed port: any request it sends fails.
     fn unreachable_context() -> Arc<Context> {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let runtime = PluginRuntime::new(RuntimeOptions {
-            cache_dir: None,
-            max_concurrent_calls: 1,
-            pooling: false,
-        })
-        .unwrap();
-        Context::new(
-            client,
-            Registry::new(runtime),
-            Cli::parse_from(["wasmop"]).run,
-        )
-        .unwrap()
+        crate::runtime::test_support::unreachable_context(&[])
     }
 
     fn policy(name: &str, overlapping: &[&str]) -> ProxyRestartPolicy {

@@ -12,6 +12,8 @@ pub mod gate;
 pub mod plugin_ready;
 pub mod registry_watch;
 pub mod server;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

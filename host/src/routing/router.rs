@@ -1,0 +1,137 @@
+//! The router behind the plan: a small trait so that the controller, `wasmop plan`, the tests
+//! and the benchmark can plan with the wasm component (a loaded [`Plugin`]), the same logic as
+//! a native library, or a stand-in that always fails.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::plugins::{FailurePolicy, Plugin, RouteRequest, StringMatch};
+
+/// Answers the routing hook's question: the complete new `spec.http` of
+/// `request.virtual_service` (see `wit/plugin.wit`, `route`).
+#[async_trait::async_trait]
+pub trait Router: Send + Sync {
+    /// The registry name of the plugin, for messages, Events and metrics.
+    fn name(&self) -> &str;
+
+    /// What a failed call does to the reconcile (`failurePolicy` of the registry entry).
+    fn failure_policy(&self) -> FailurePolicy;
+
+    /// The new route list (JSON `HTTPRoute` objects).
+    ///
+    /// # Errors
+    /// A message naming the plugin and the cause (trap, timeout, plugin error, invalid output).
+    async fn route(&self, request: RouteRequest) -> Result<Vec<Value>, String>;
+}
+
+/// A loaded `router` plugin: every call goes through the sandbox.
+pub struct WasmRouter(pub Arc<Plugin>);
+
+#[async_trait::async_trait]
+impl Router for WasmRouter {
+    fn name(&self) -> &str {
+        &self.0.spec().name
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.0.spec().failure_policy
+    }
+
+    async fn route(&self, request: RouteRequest) -> Result<Vec<Value>, String> {
+        let (_, routes) = self
+            .0
+            .route_parsed(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(routes)
+    }
+}
+
+/// The default plugin's logic (`plugins/routing-istio`) called as a native library: the
+/// baseline of the benchmarks and the plan tests. Same input and output as the component,
+/// JSON parsing included.
+#[derive(Default)]
+pub struct Native {
+    /// The plugin settings.
+    pub settings: routing_istio::Settings,
+}
+
+#[async_trait::async_trait]
+impl Router for Native {
+    fn name(&self) -> &str {
+        "routing-istio (native)"
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Fail
+    }
+
+    async fn route(&self, r: RouteRequest) -> Result<Vec<Value>, String> {
+        use routing_istio as ri;
+        let vs: &serde_json::value::RawValue = serde_json::from_str(&r.virtual_service)
+            .map_err(|e| format!("the VirtualService is not valid JSON: {e}"))?;
+        let req = ri::RouteRequest {
+            dynamic_env: r.dynamic_env,
+            unique_name: r.unique_name,
+            subset: r.subset,
+            host: r.host,
+            namespace: r.namespace,
+            default_version: r.default_version,
+            matches: r
+                .matches
+                .into_iter()
+                .map(|m| ri::IstioMatch {
+                    headers: m
+                        .headers
+                        .into_iter()
+                        .map(|h| ri::HeaderMatch {
+                            name: h.name,
+                            value: match h.value {
+                                StringMatch::Exact(v) => ri::StringMatch::Exact(v),
+                                StringMatch::Prefix(v) => ri::StringMatch::Prefix(v),
+                                StringMatch::Regex(v) => ri::StringMatch::Regex(v),
+                            },
+                        })
+                        .collect(),
+                    source_labels: m
+                        .source_labels
+                        .into_iter()
+                        .map(|l| ri::Label {
+                            key: l.key,
+                            value: l.value,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            route_prefix: r.route_prefix,
+        };
+        // What the component runs; it returns JSON text, which the host parses.
+        let text = ri::rewrite_json(&req, vs, &self.settings)?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+}
+
+/// A router that cannot be called (the plugin a DynamicEnv names is unknown or not loaded):
+/// every call fails with the resolution error, under `failurePolicy: Fail`.
+pub struct Unavailable {
+    /// The name asked for.
+    pub name: String,
+    /// Why it cannot be used.
+    pub reason: String,
+}
+
+#[async_trait::async_trait]
+impl Router for Unavailable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Fail
+    }
+
+    async fn route(&self, _request: RouteRequest) -> Result<Vec<Value>, String> {
+        Err(self.reason.clone())
+    }
+}

@@ -1,0 +1,31 @@
+//! Test helpers shared by the controllers' unit tests.
+
+use std::sync::Arc;
+
+use clap::Parser;
+
+use super::{Context, RunOptions};
+use crate::plugins::registry::Registry;
+use crate::plugins::{PluginRuntime, RuntimeOptions};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: RunOptions,
+}
+
+/// A context whose client points at a closed port (any request it sends fails), with an empty
+/// registry and the `wasmop run` options parsed from `args` (e.g. `["--identity", "solo"]`).
+/// The gate starts closed (passive).
+pub(crate) fn unreachable_context(args: &[&str]) -> Arc<Context> {
+    let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+    let client = kube::Client::try_from(config).expect("a client");
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 1,
+        pooling: false,
+    })
+    .expect("a plugin runtime");
+    let options = Cli::parse_from(std::iter::once("wasmop").chain(args.iter().copied())).run;
+    Context::new(client, Registry::new(runtime), options).expect("a context")
+}
