@@ -1,16 +1,19 @@
 //! Plugin host benchmark: what one policy decision costs through the WebAssembly host, and how
-//! long the operator takes to get its four default plugins ready.
+//! long the operator takes to get its default plugins ready.
 //!
 //! Everything goes through the public host API with the builtin components:
 //!
 //! 1. **Per-call latency.** Each default plugin is called the way the operator calls it:
-//!    `Plugin::route`, `evaluate`, `check` or `vote`, which acquires the runtime's semaphore,
-//!    runs on a blocking thread, builds a fresh `Store`, instantiates the component and calls it.
+//!    `Plugin::route`, `evaluate`, `check` or `vote` from a task on a worker thread of a
+//!    2-thread runtime, which acquires the runtime's semaphore, leaves the executor
+//!    (`block_in_place`), builds a fresh `Store`, instantiates the component and calls it.
 //!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to
 //!    the same logic called natively (the plugin crates as Rust libraries, including the JSON
-//!    parsing and serialization the component does) and the ratio wasm/native. The blocking part
-//!    of a call is private to the host, so it is not timed alone; for scale, the table also
-//!    shows the semaphore + `spawn_blocking` round trip of a no-op.
+//!    parsing and serialization the component does) and the ratio wasm/native; with the pooling
+//!    allocator (the default), then with on-demand allocation. The blocking part of a call is
+//!    private to the host, so it is not timed alone; for scale, the table also shows the
+//!    semaphore + hand-off of a no-op: `block_in_place` (the host's), and for comparison
+//!    `spawn_blocking` and threads of its own fed through a channel.
 //!    `scaling-prometheus` needs HTTP to vote: its wasm figure is a call refused before any I/O
 //!    (no host granted), and its native figure is the pure part (settings, metadata, query URLs,
 //!    parsing two Prometheus responses, the vote). The two are not comparable.
@@ -273,9 +276,9 @@ fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
         bench_dr(rt, &registry),
         bench_dr_none(rt, &registry),
         bench_scaling(rt, &registry),
+        bench_dispatch_in_place(rt),
         bench_dispatch(rt),
         bench_dispatch_threads(rt),
-        bench_dispatch_in_place(rt),
     ]
 }
 
@@ -526,7 +529,8 @@ fn bench_scaling(rt: &Runtime, registry: &Registry) -> CallRow {
     }
 }
 
-/// The host's dispatch alone: the semaphore and a `spawn_blocking` round trip of a no-op.
+/// An alternative hand-off, measured for comparison: the semaphore and a `spawn_blocking`
+/// round trip of a no-op (the host's hand-off on a current-thread runtime).
 fn bench_dispatch(rt: &Runtime) -> CallRow {
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
     let wasm = on_worker(rt, async move {
@@ -545,7 +549,7 @@ fn bench_dispatch(rt: &Runtime) -> CallRow {
         .await
     });
     CallRow {
-        plugin: "(reference)",
+        plugin: "(alternative)",
         input: "semaphore + spawn_blocking, no-op",
         wasm,
         native: None,
@@ -608,9 +612,8 @@ fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
     }
 }
 
-/// An alternative hand-off, measured for comparison: `block_in_place` runs the call on the
-/// reconciler's own thread and moves the executor's other tasks elsewhere (it also blocks the
-/// other futures of the calling task, which is why the host does not use it).
+/// The host's hand-off alone: the semaphore and `block_in_place` of a no-op, which runs the
+/// call on the reconciler's own thread and moves the executor's other tasks elsewhere.
 fn bench_dispatch_in_place(rt: &Runtime) -> CallRow {
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
     let wasm = on_worker(rt, async move {
@@ -627,7 +630,7 @@ fn bench_dispatch_in_place(rt: &Runtime) -> CallRow {
         .await
     });
     CallRow {
-        plugin: "(alternative)",
+        plugin: "(reference)",
         input: "semaphore + block_in_place, no-op",
         wasm,
         native: None,
@@ -951,7 +954,7 @@ fn bench_ready(rt: &Runtime, root: &Path) -> ReadyTimes {
     times
 }
 
-/// What the operator does before its plugins serve: runtime, registry, the four builtins.
+/// What the operator does before its plugins serve: runtime, registry, the builtins.
 fn start_to_ready(rt: &Runtime, cache_dir: &Path) -> Duration {
     let cache_dir = cache_dir.to_path_buf();
     on_worker(rt, async move {
@@ -1057,8 +1060,12 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
     println!(
         "   granted): neither a vote nor comparable; a real vote adds two Prometheus round trips."
     );
-    println!("   (reference): the semaphore + spawn_blocking round trip every call pays; the");
-    println!("   blocking part of a call is private to the host and is not timed alone.");
+    println!(
+        "   (reference): the semaphore + block_in_place every call pays; (alternative): other"
+    );
+    println!(
+        "   hand-offs to a thread, for comparison. The blocking part of a call is not timed alone."
+    );
     println!();
 }
 
@@ -1087,8 +1094,9 @@ fn print_loads(rows: &[LoadRow]) {
 
 fn print_ready(times: &ReadyTimes) {
     println!(
-        "3. Operator start to ready with the four default plugins, {LOAD_ROUNDS} rounds \
-         (PluginRuntime::new + Registry::new + apply)"
+        "3. Operator start to ready with the {} builtin plugins, {LOAD_ROUNDS} rounds \
+         (PluginRuntime::new + Registry::new + apply)",
+        builtin::BUILTINS.len()
     );
     println!("{:<19} {:>12} {:>12}  target", "cache", "median", "worst");
     let cold_worst = times.cold.iter().max().copied().unwrap_or_default();
