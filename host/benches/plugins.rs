@@ -1,16 +1,19 @@
 //! Plugin host benchmark: what one policy decision costs through the WebAssembly host, and how
-//! long the operator takes to get its four default plugins ready.
+//! long the operator takes to get its default plugins ready.
 //!
 //! Everything goes through the public host API with the builtin components:
 //!
 //! 1. **Per-call latency.** Each default plugin is called the way the operator calls it:
-//!    `Plugin::route`, `evaluate`, `check` or `vote`, which acquires the runtime's semaphore,
-//!    runs on a blocking thread, builds a fresh `Store`, instantiates the component and calls it.
+//!    `Plugin::route`, `evaluate`, `check` or `vote` from a task on a worker thread of a
+//!    2-thread runtime, which acquires the runtime's semaphore, leaves the executor
+//!    (`block_in_place`), builds a fresh `Store`, instantiates the component and calls it.
 //!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to
 //!    the same logic called natively (the plugin crates as Rust libraries, including the JSON
-//!    parsing and serialization the component does) and the ratio wasm/native. The blocking part
-//!    of a call is private to the host, so it is not timed alone; for scale, the table also
-//!    shows the semaphore + `spawn_blocking` round trip of a no-op.
+//!    parsing and serialization the component does) and the ratio wasm/native; with the pooling
+//!    allocator (the default), then with on-demand allocation. The blocking part of a call is
+//!    private to the host, so it is not timed alone; for scale, the table also shows the
+//!    semaphore + hand-off of a no-op: `block_in_place` (the host's), and for comparison
+//!    `spawn_blocking` and threads of its own fed through a channel.
 //!    `scaling-prometheus` needs HTTP to vote: its wasm figure is a call refused before any I/O
 //!    (no host granted), and its native figure is the pure part (settings, metadata, query URLs,
 //!    parsing two Prometheus responses, the vote). The two are not comparable.
@@ -70,6 +73,10 @@ fn main() {
         .build()
         .expect("tokio runtime");
 
+    if let Ok(series) = std::env::var("WASMOP_BENCH_PROFILE") {
+        profile_one(&rt, &root.path.join("profile"), &series);
+        return;
+    }
     println!("wasmop plugin host benchmark");
     println!(
         "cpus: {}, load average at start: {}",
@@ -78,19 +85,48 @@ fn main() {
     );
     println!();
 
-    let calls = bench_calls(&rt, &root.path.join("calls"), false);
     let pooled = bench_calls(&rt, &root.path.join("calls"), true);
+    let calls = bench_calls(&rt, &root.path.join("calls"), false);
     let loads = bench_loads(&root.path.join("loads"));
     let ready = bench_ready(&rt, &root.path.join("ready"));
 
-    print_calls(&calls, "on-demand instance allocation (the default)");
-    print_calls(&pooled, "pooling instance allocation (--pooling)");
+    print_calls(&pooled, "pooling instance allocation (the default)");
+    print_calls(&calls, "on-demand instance allocation (--pooling=false)");
     print_loads(&loads);
     print_ready(&ready);
     println!();
     println!(
         "load average at end: {}",
         load_average().unwrap_or_else(|| "n/a".into())
+    );
+}
+
+/// `WASMOP_BENCH_PROFILE=SERIES` (`routing`, `restart`, `dr`, `none`, `scaling`, `dispatch`,
+/// `threads` or `in-place`; `WASMOP_BENCH_POOLING=0` for on-demand allocation): only that
+/// series, 20,000 calls and its native baseline, no figures, for a profiler to watch.
+fn profile_one(rt: &Runtime, cache_dir: &Path, series: &str) {
+    let pooling = std::env::var_os("WASMOP_BENCH_POOLING").is_none_or(|v| v != "0");
+    let registry = Registry::new(runtime_with(cache_dir, pooling));
+    let report = rt.block_on(registry.apply(RegistryConfig::default(), &LocalFetch::default()));
+    assert!(report.failed.is_empty(), "builtins failed: {report:?}");
+    let calls = 20_000;
+    let started = Instant::now();
+    for _ in 0..calls / (WARMUP_CALLS + MEASURED_CALLS) {
+        match series {
+            "routing" => drop(bench_routing(rt, &registry)),
+            "restart" => drop(bench_restart(rt, &registry)),
+            "dr" => drop(bench_dr(rt, &registry)),
+            "none" => drop(bench_dr_none(rt, &registry)),
+            "scaling" => drop(bench_scaling(rt, &registry)),
+            "dispatch" => drop(bench_dispatch(rt)),
+            "threads" => drop(bench_dispatch_threads(rt)),
+            "in-place" => drop(bench_dispatch_in_place(rt)),
+            other => panic!("unknown series {other:?}"),
+        }
+    }
+    eprintln!(
+        "{series}: {:?} (each round includes its native series)",
+        started.elapsed()
     );
 }
 
@@ -205,7 +241,7 @@ impl Drop for TempRoot {
 }
 
 fn runtime_with_cache(dir: &Path) -> Arc<PluginRuntime> {
-    runtime_with(dir, false)
+    runtime_with(dir, RuntimeOptions::default().pooling)
 }
 
 fn runtime_with(dir: &Path, pooling: bool) -> Arc<PluginRuntime> {
@@ -238,8 +274,11 @@ fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
         bench_routing(rt, &registry),
         bench_restart(rt, &registry),
         bench_dr(rt, &registry),
+        bench_dr_none(rt, &registry),
         bench_scaling(rt, &registry),
+        bench_dispatch_in_place(rt),
         bench_dispatch(rt),
+        bench_dispatch_threads(rt),
     ]
 }
 
@@ -402,6 +441,52 @@ fn bench_dr(rt: &Runtime, registry: &Registry) -> CallRow {
     }
 }
 
+/// The `none` state checker: nothing but the fixed cost of a call (its native figure is the
+/// same answer built as a Rust value).
+fn bench_dr_none(rt: &Runtime, registry: &Registry) -> CallRow {
+    const NOW: i64 = 1_787_000_000_000;
+    let plugin = registry
+        .resolve(Hook::Dr, Some("none"))
+        .expect("none state checker");
+    let request = StateRequest {
+        identity: "wasmop-7c9d4-east".into(),
+        now: NOW,
+        lease: None,
+        wait_time_seconds: 15,
+        failure_threshold: 3,
+        started_at: NOW - 3_600_000,
+        warmup_seconds: 30,
+    };
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || plugin.check(request.clone()),
+            |r| {
+                let d = r.expect("check");
+                assert_eq!(
+                    (d.state, d.action, d.reason.as_str()),
+                    (DrState::Active, LeaseAction::None, dr_none::REASON),
+                    "always active, no write"
+                );
+            },
+        )
+        .await
+    });
+    let native = time_native(|| {
+        (
+            DrState::Active,
+            LeaseAction::None,
+            dr_none::REASON.to_owned(),
+        )
+    });
+    CallRow {
+        plugin: "none (dr)",
+        input: "any tick",
+        wasm,
+        native: Some(native),
+        comparable: true,
+    }
+}
+
 fn bench_scaling(rt: &Runtime, registry: &Registry) -> CallRow {
     let plugin = registry
         .resolve(Hook::Scaling, None)
@@ -444,7 +529,8 @@ fn bench_scaling(rt: &Runtime, registry: &Registry) -> CallRow {
     }
 }
 
-/// The host's dispatch alone: the semaphore and a `spawn_blocking` round trip of a no-op.
+/// An alternative hand-off, measured for comparison: the semaphore and a `spawn_blocking`
+/// round trip of a no-op (the host's hand-off on a current-thread runtime).
 fn bench_dispatch(rt: &Runtime) -> CallRow {
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
     let wasm = on_worker(rt, async move {
@@ -463,8 +549,89 @@ fn bench_dispatch(rt: &Runtime) -> CallRow {
         .await
     });
     CallRow {
-        plugin: "(reference)",
+        plugin: "(alternative)",
         input: "semaphore + spawn_blocking, no-op",
+        wasm,
+        native: None,
+        comparable: false,
+    }
+}
+
+/// An alternative hand-off, measured for comparison: threads started once, one per permit,
+/// fed through a channel, answering through a oneshot.
+fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
+    type Job = Box<dyn FnOnce() + Send>;
+    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+    let queue = Arc::new(std::sync::Mutex::new(queue));
+    let workers: Vec<_> = (0..MAX_CONCURRENT_CALLS)
+        .map(|_| {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                loop {
+                    let job = queue.lock().expect("queue lock").recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
+    let sender = jobs.clone();
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || {
+                let (permits, sender) = (permits.clone(), sender.clone());
+                async move {
+                    let permit = permits.acquire_owned().await.expect("open semaphore");
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    sender
+                        .send(Box::new(move || {
+                            drop(permit);
+                            let _ = tx.send(());
+                        }))
+                        .expect("workers run");
+                    rx.await.expect("no-op job");
+                }
+            },
+            |()| {},
+        )
+        .await
+    });
+    drop(jobs);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    CallRow {
+        plugin: "(alternative)",
+        input: "semaphore + own threads, no-op",
+        wasm,
+        native: None,
+        comparable: false,
+    }
+}
+
+/// The host's hand-off alone: the semaphore and `block_in_place` of a no-op, which runs the
+/// call on the reconciler's own thread and moves the executor's other tasks elsewhere.
+fn bench_dispatch_in_place(rt: &Runtime) -> CallRow {
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
+    let wasm = on_worker(rt, async move {
+        time_async(
+            || {
+                let permits = permits.clone();
+                async move {
+                    let permit = permits.acquire_owned().await.expect("open semaphore");
+                    tokio::task::block_in_place(move || drop(permit));
+                }
+            },
+            |()| {},
+        )
+        .await
+    });
+    CallRow {
+        plugin: "(reference)",
+        input: "semaphore + block_in_place, no-op",
         wasm,
         native: None,
         comparable: false,
@@ -573,9 +740,8 @@ fn host_istio_match(m: &routing_istio::IstioMatch) -> IstioMatch {
 /// What the component's `route` does, natively: settings, VirtualService JSON, rewrite, JSON.
 fn route_native(settings: &str, req: &routing_istio::RouteRequest, vs: &str) -> String {
     let settings = routing_istio::Settings::parse(settings).expect("settings");
-    let vs: Value = serde_json::from_str(vs).expect("VirtualService JSON");
-    let http = routing_istio::rewrite(req, &vs, &settings).expect("rewrite");
-    serde_json::to_string(&http).expect("routes JSON")
+    let vs: &serde_json::value::RawValue = serde_json::from_str(vs).expect("VirtualService JSON");
+    routing_istio::rewrite_json(req, vs, &settings).expect("rewrite")
 }
 
 /// Pods per restart page.
@@ -788,7 +954,7 @@ fn bench_ready(rt: &Runtime, root: &Path) -> ReadyTimes {
     times
 }
 
-/// What the operator does before its plugins serve: runtime, registry, the four builtins.
+/// What the operator does before its plugins serve: runtime, registry, the builtins.
 fn start_to_ready(rt: &Runtime, cache_dir: &Path) -> Duration {
     let cache_dir = cache_dir.to_path_buf();
     on_worker(rt, async move {
@@ -894,8 +1060,12 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
     println!(
         "   granted): neither a vote nor comparable; a real vote adds two Prometheus round trips."
     );
-    println!("   (reference): the semaphore + spawn_blocking round trip every call pays; the");
-    println!("   blocking part of a call is private to the host and is not timed alone.");
+    println!(
+        "   (reference): the semaphore + block_in_place every call pays; (alternative): other"
+    );
+    println!(
+        "   hand-offs to a thread, for comparison. The blocking part of a call is not timed alone."
+    );
     println!();
 }
 
@@ -924,8 +1094,9 @@ fn print_loads(rows: &[LoadRow]) {
 
 fn print_ready(times: &ReadyTimes) {
     println!(
-        "3. Operator start to ready with the four default plugins, {LOAD_ROUNDS} rounds \
-         (PluginRuntime::new + Registry::new + apply)"
+        "3. Operator start to ready with the {} builtin plugins, {LOAD_ROUNDS} rounds \
+         (PluginRuntime::new + Registry::new + apply)",
+        builtin::BUILTINS.len()
     );
     println!("{:<19} {:>12} {:>12}  target", "cache", "median", "worst");
     let cold_worst = times.cold.iter().max().copied().unwrap_or_default();

@@ -411,25 +411,55 @@ async fn entries_of_one_component_share_one_pre_instance() {
     );
 }
 
-#[tokio::test]
+/// The operator's setting: the pooling allocator (the default) on a multi-thread runtime,
+/// where calls run in place on a worker thread. The limits hold, and the executor's other
+/// tasks keep running while a call loops until its deadline, even with one worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     let dir = std::env::temp_dir().join(format!("wasmop-pooling-{}", std::process::id()));
     let rt = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir),
         max_concurrent_calls: 2,
-        pooling: true,
+        ..RuntimeOptions::default()
     })
     .unwrap();
     let p = hostile(&rt, |s| s.limits.memory_mib = 16);
-    p.route(request("ok", ""))
-        .await
-        .expect("a pooled instance answers");
-    let e = fails(&p, "oom", "").await;
-    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
-    let e = fails(&p, "loop", "").await;
-    assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
-    // More calls than pool slots, one after another: slots are returned after each call.
-    for _ in 0..50 {
-        p.route(request("ok", "")).await.unwrap();
-    }
+    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    // On a worker thread, as a reconcile runs.
+    tokio::spawn(async move {
+        p.route(request("ok", ""))
+            .await
+            .expect("a pooled instance answers");
+        let e = fails(&p, "oom", "").await;
+        assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+        let e = fails(&p, "trap", "").await;
+        assert!(
+            matches!(&e.failure, Failure::Trap(m) if m.contains("unreachable")),
+            "{e}"
+        );
+        let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        let e = p.route(request("loop", "")).await.unwrap_err();
+        assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
+        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(
+            during >= 5,
+            "the executor ran {during} ticks of 10 ms during a 250 ms call"
+        );
+        // More calls than pool slots, one after another: slots are returned after each call.
+        for _ in 0..50 {
+            p.route(request("ok", "")).await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    ticker.abort();
 }

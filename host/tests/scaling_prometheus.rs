@@ -119,6 +119,27 @@ async fn votes_follow_the_exported_value_and_bad_results_are_errors() {
     );
 }
 
+/// On a multi-thread runtime (the operator's) a call runs in place on a worker thread; the
+/// plugin's requests to Prometheus still go out and come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn votes_from_a_worker_thread() {
+    let exporter = Exporter::start();
+    exporter.set_gauge("wasmop_test_load", 5.0);
+    let prom = Prometheus::start(&exporter).await;
+    let plugin = scaler(&[prom.addr.as_str()]);
+    let request = trigger(&prom, "sum(wasmop_test_load)", "1".into());
+    // Each attempt on a worker thread, as the scaling poller runs.
+    let up = eventually("an up vote from a worker thread", TIMEOUT, async || {
+        let (plugin, request) = (plugin.clone(), request.clone());
+        tokio::spawn(async move { plugin.vote(request).await.ok() })
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(up.vote, Vote::Up, "{}", up.reason);
+    assert_eq!(up.value, Some(5.0));
+}
+
 #[tokio::test]
 async fn an_unhealthy_scrape_target_gives_no_vote() {
     let exporter = Exporter::start();

@@ -3,8 +3,9 @@
 //! - [`PluginRuntime`] owns the wasmtime engine (component model only, epoch interruption with a
 //!   10 ms ticker), the compile cache and the semaphore that bounds concurrent calls.
 //! - [`Plugin`] is one loaded registry entry: its `InstancePre` for its world, settings,
-//!   limits and grants. Each call gets a fresh `Store` ([`sandbox::Sandbox`]), runs on a blocking
-//!   thread, and fails alone with a [`CallError`] that names the plugin, the hook and the cause.
+//!   limits and grants. Each call gets a fresh `Store` ([`sandbox::Sandbox`]), runs off the async
+//!   executor (in place with `block_in_place`, see [`Plugin`]'s `call`), and fails alone with a
+//!   [`CallError`] that names the plugin, the hook and the cause.
 //! - [`registry`] turns the `wasmop-plugins` ConfigMap into loaded plugins and swaps them in.
 //!
 //! The shape follows Kubewarden's policy-server and wasmtime's embedding guidance
@@ -298,15 +299,39 @@ pub struct RuntimeOptions {
     pub cache_dir: Option<PathBuf>,
     /// Calls allowed to run at once (default: the number of CPUs).
     pub max_concurrent_calls: usize,
-    /// Use wasmtime's pooling instance allocator (pre-reserved slots, sized to the concurrency;
-    /// linear memory is then capped at [`POOLING_MAX_MEMORY`]). Off by default: it reserves
-    /// virtual memory up front, which small nodes may refuse; the runtime falls back to
-    /// on-demand allocation when the pool cannot be created.
+    /// Use wasmtime's pooling instance allocator (the default): instance slots reserved once,
+    /// sized to the concurrency, with copy-on-write memory images, so a call neither maps nor
+    /// unmaps memory. Linear memory is then capped at [`POOLING_MAX_MEMORY`]. The reservation
+    /// is virtual memory ([`pooling_reservation`]); where it is refused (e.g. `ulimit -v`), the
+    /// runtime logs why and allocates each instance on demand instead.
     pub pooling: bool,
 }
 
 /// Largest linear memory a plugin can have when [`RuntimeOptions::pooling`] is on.
 pub const POOLING_MAX_MEMORY: usize = 1 << 30;
+
+/// Pool sizes for `max_concurrent_calls`: the calls behind the semaphore, plus the `info` and
+/// `validate-settings` calls of loads (one at a time), with room for components made of
+/// several core modules (a Rust component has about five, other languages more) and for
+/// large function tables (interpreters compiled to WebAssembly have tens of thousands).
+fn pooling_config(max_concurrent_calls: usize) -> wasmtime::PoolingAllocationConfig {
+    let slots = u32::try_from(max_concurrent_calls.max(1) * 2 + 2).unwrap_or(u32::MAX);
+    let mut pool = wasmtime::PoolingAllocationConfig::default();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots.saturating_mul(16))
+        .total_memories(slots.saturating_mul(4))
+        .total_tables(slots.saturating_mul(16))
+        .max_tables_per_module(4)
+        .table_elements(100_000)
+        .max_memory_size(POOLING_MAX_MEMORY);
+    pool
+}
+
+/// Virtual memory, in GiB, that the pooling allocator reserves for `max_concurrent_calls`
+/// (memory slots of 4 GiB plus guard pages; nothing of it is committed until used).
+pub fn pooling_reservation(max_concurrent_calls: usize) -> usize {
+    (max_concurrent_calls.max(1) * 2 + 2) * 4 * 4
+}
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
@@ -315,7 +340,7 @@ impl Default for RuntimeOptions {
             max_concurrent_calls: std::thread::available_parallelism()
                 .map(usize::from)
                 .unwrap_or(2),
-            pooling: false,
+            pooling: true,
         }
     }
 }
@@ -343,17 +368,17 @@ impl PluginRuntime {
             .epoch_interruption(true)
             .max_wasm_stack(1 << 20);
         let engine = if opts.pooling {
-            let slots = u32::try_from(opts.max_concurrent_calls.max(1) * 2 + 2).unwrap_or(u32::MAX);
-            let mut pool = wasmtime::PoolingAllocationConfig::default();
-            pool.total_component_instances(slots)
-                .total_core_instances(slots * 8)
-                .total_memories(slots * 4)
-                .total_tables(slots * 8)
-                .max_memory_size(POOLING_MAX_MEMORY);
             let mut pooled = config.clone();
-            pooled.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+            pooled.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
+                pooling_config(opts.max_concurrent_calls),
+            ));
             Engine::new(&pooled).or_else(|e| {
-                tracing::warn!("pooling allocator unavailable, using on-demand allocation: {e:#}");
+                tracing::warn!(
+                    "the pooling allocator could not reserve its ~{} GiB of virtual memory ({e:#}); \
+                     plugin instances are allocated on demand instead (slower calls). Raise the \
+                     virtual memory limit, or set --pooling=false to skip the attempt",
+                    pooling_reservation(opts.max_concurrent_calls)
+                );
                 Engine::new(&config)
             })?
         } else {
@@ -724,7 +749,14 @@ impl Plugin {
         }
     }
 
-    /// Runs `f` with this plugin on a blocking thread, behind the runtime's semaphore.
+    /// Runs `f` with this plugin behind the runtime's semaphore, off the async executor.
+    ///
+    /// On a multi-thread runtime (the operator's) the call runs in place with
+    /// `tokio::task::block_in_place`: the executor's other tasks move to another thread while
+    /// this one runs the call, which saves the two thread wake-ups of a hand-off to the
+    /// blocking pool (about 30 µs on a 2-CPU VM, most of a small call; `cargo bench --bench
+    /// plugins` measures both). The calling task itself waits, as it would for the hand-off.
+    /// On a current-thread runtime the call goes to the blocking pool (`spawn_blocking`).
     async fn call<T, R, F>(self: &Arc<Self>, f: F) -> Result<T, CallError>
     where
         F: FnOnce(&mut Store<Sandbox>, &WorldPre) -> R + Send + 'static,
@@ -740,12 +772,24 @@ impl Plugin {
             .expect("semaphore is never closed");
         let this = self.clone();
         let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || {
+        let run = move || {
             let _permit = permit;
             this.call_blocking(f)
-        })
-        .await
-        .unwrap_or_else(|e| Err(self.fail(Failure::Trap(format!("host task failed: {e}")))));
+        };
+        let host_failed =
+            |detail: String| self.fail(Failure::Trap(format!("host task failed: {detail}")));
+        let in_place = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let result = if in_place {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tokio::task::block_in_place(run)
+            }))
+            .unwrap_or_else(|panic| Err(host_failed(panic_message(&*panic))))
+        } else {
+            tokio::task::spawn_blocking(run)
+                .await
+                .unwrap_or_else(|e| Err(host_failed(e.to_string())))
+        };
         crate::metrics::plugin_call(
             &self.spec,
             started.elapsed(),
@@ -881,6 +925,15 @@ impl Plugin {
         })
         .await
     }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
 }
 
 /// Maps a wasmtime error to the cause a user can act on.

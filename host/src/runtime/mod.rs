@@ -78,9 +78,11 @@ pub struct RunOptions {
     /// system's roots.
     #[arg(long, env = "WASMOP_EXTRA_CA_FILE")]
     pub extra_ca_file: Option<PathBuf>,
-    /// Use wasmtime's pooling instance allocator (faster instantiation, virtual memory
-    /// reserved up front, plugin memory capped at 1 GiB).
-    #[arg(long, env = "WASMOP_POOLING")]
+    /// Wasmtime's pooling instance allocator (on by default; `--pooling=false` turns it off):
+    /// faster plugin calls, virtual memory reserved up front (about 100 GiB, none of it
+    /// committed), plugin memory capped at 1 GiB. Falls back to on-demand allocation, with a
+    /// warning, where the reservation is refused.
+    #[arg(long, env = "WASMOP_POOLING", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub pooling: bool,
     /// Routing controller options.
     #[command(flatten)]

@@ -56,8 +56,8 @@ impl Guest for Plugin {
 
     fn route(settings: String, request: RouteRequest) -> Result<RouteResponse, PluginError> {
         let settings = crate::Settings::parse(&settings).map_err(|e| err(e, Some("settings")))?;
-        let vs: serde_json::Value =
-            serde_json::from_str(&request.virtual_service).map_err(|e| {
+        let vs: &serde_json::value::RawValue = serde_json::from_str(&request.virtual_service)
+            .map_err(|e| {
                 err(
                     format!("the VirtualService is not valid JSON: {e}"),
                     Some("request.virtual-service"),
@@ -73,9 +73,7 @@ impl Guest for Plugin {
             matches: request.matches.into_iter().map(istio_match).collect(),
             route_prefix: request.route_prefix,
         };
-        let http = crate::rewrite(&req, &vs, &settings).map_err(|e| err(e, None))?;
-        let http = serde_json::to_string(&http)
-            .map_err(|e| err(format!("cannot serialize the routes: {e}"), None))?;
+        let http = crate::rewrite_json(&req, vs, &settings).map_err(|e| err(e, None))?;
         Ok(RouteResponse { http })
     }
 }

@@ -21,6 +21,10 @@
 //!
 //! Running [`rewrite`] on its own output gives the same output again.
 //!
+//! The component calls [`rewrite_json`], which parses only the fields these rules read and
+//! copies everything else, kept routes included, as the JSON text it had: the same routes as
+//! [`rewrite`], without building a tree of the VirtualService.
+//!
 //! The destination host matches the service host `H` in namespace `NS` when it is `H.NS`,
 //! `H.NS.svc` or `H.NS.svc.cluster.local`, or the short name `H` itself. Istio reads a short name
 //! in the namespace of the VirtualService, so the short name counts only when the VirtualService
@@ -30,6 +34,10 @@
 mod component;
 
 use serde::{Deserialize, Serialize};
+use std::borrow::{Borrow, Cow};
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The response header added to every copy unless the settings name another one.
@@ -187,17 +195,6 @@ pub fn validate_settings(settings: &str) -> Result<(), String> {
     Settings::parse(settings).map(drop)
 }
 
-/// `namespace/name` of a VirtualService, for messages.
-fn vs_id(vs: &Value) -> String {
-    let field = |k: &str| {
-        vs.get("metadata")
-            .and_then(|m| m.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-    };
-    format!("{}/{}", field("namespace"), field("name"))
-}
-
 /// Whether destination host `dest` is the request's service host, for a VirtualService in
 /// namespace `vs_ns` (short names resolve in the VirtualService's namespace).
 fn host_matches(dest: &str, req: &RouteRequest, vs_ns: Option<&str>) -> bool {
@@ -310,27 +307,56 @@ fn copy_route(
 }
 
 /// Rewrites the VirtualService `vs` (API JSON) for one DynamicEnv subset and returns its
-/// complete new `spec.http`; see the module documentation for the rules.
+/// complete new `spec.http`; see the module documentation for the rules. The same as
+/// [`rewrite_json`] on `vs` serialized, with the routes parsed back.
 ///
 /// # Errors
 /// A message naming the VirtualService (`namespace/name`) when it has no `spec.http` array or a
 /// route to copy is malformed, or when the request's route prefix is empty or does not end
 /// with `-` (it would match routes of other subsets).
 pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Vec<Value>, String> {
-    let id = vs_id(vs);
-    if req.route_prefix.is_empty() || !req.route_prefix.ends_with('-') {
-        return Err(format!(
-            "route prefix {:?} for VirtualService {id} must be non-empty and end with '-'",
-            req.route_prefix
-        ));
-    }
-    let spec = match vs.get("spec") {
-        Some(Value::Object(spec)) => spec,
-        Some(_) => return Err(format!("VirtualService {id}: spec is not an object")),
+    let text = serde_json::to_string(vs).map_err(|e| e.to_string())?;
+    let raw: &RawValue = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let http = rewrite_json(req, raw, settings)?;
+    serde_json::from_str(&http).map_err(|e| e.to_string())
+}
+
+/// [`rewrite`] on the VirtualService's JSON text, returning the new `spec.http` as JSON text:
+/// what the component does. Only what the rules read is parsed: `metadata.name` and
+/// `.namespace`, and of each route its `name` and `route`; a route with copies also has its
+/// `headers` and `match` parsed. Every other field is copied as the JSON text it had, and so is
+/// every kept route, whole. As in a parsed tree, the last value of a repeated key counts.
+///
+/// # Errors
+/// As [`rewrite`].
+pub fn rewrite_json(
+    req: &RouteRequest,
+    vs: &RawValue,
+    settings: &Settings,
+) -> Result<String, String> {
+    let top = fields(vs);
+    let meta = top
+        .as_ref()
+        .and_then(|t| t.get("metadata"))
+        .and_then(fields);
+    let text = |key: &str| meta.as_ref().and_then(|m| as_string(m.get(key)));
+    let (name, namespace) = (text("name"), text("namespace"));
+    let id = format!(
+        "{}/{}",
+        namespace.as_deref().unwrap_or("?"),
+        name.as_deref().unwrap_or("?")
+    );
+    check_prefix(req, &id)?;
+    let spec = match top.as_ref().and_then(|t| t.get("spec")) {
+        Some(spec) => {
+            fields(spec).ok_or_else(|| format!("VirtualService {id}: spec is not an object"))?
+        }
         None => return Err(format!("VirtualService {id} has no spec")),
     };
-    let http = match spec.get("http") {
-        Some(Value::Array(http)) => http,
+    let http: Vec<&RawValue> = match spec.get("http") {
+        Some(http) if http.get().starts_with('[') => {
+            serde_json::from_str(http.get()).map_err(|e| format!("spec.http: {e}"))?
+        }
         Some(_) => return Err(format!("VirtualService {id}: spec.http is not an array")),
         None => {
             return Err(format!(
@@ -338,44 +364,187 @@ pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Ve
             ));
         }
     };
-    let vs_ns = vs
-        .get("metadata")
-        .and_then(|m| m.get("namespace"))
-        .and_then(Value::as_str)
-        .filter(|ns| !ns.is_empty());
+    let vs_ns = namespace.as_deref().filter(|ns| !ns.is_empty());
 
-    let mut out = Vec::with_capacity(http.len() * (1 + req.matches.len()));
+    let mut out = Vec::with_capacity(vs.get().len() * (1 + req.matches.len()));
+    out.push(b'[');
     let mut index = 0usize;
-    for (i, route) in http.iter().enumerate() {
-        let Value::Object(obj) = route else {
-            out.push(route.clone());
+    for (i, route) in http.into_iter().enumerate() {
+        let Some(route_fields) = fields(route) else {
+            push_item(&mut out, route.get().as_bytes());
             continue;
         };
-        if obj
-            .get("name")
-            .and_then(Value::as_str)
-            .is_some_and(|n| n.starts_with(&req.route_prefix))
-        {
+        if as_string(route_fields.get("name")).is_some_and(|n| n.starts_with(&req.route_prefix)) {
             continue;
         }
-        let targets: Vec<&Value> = obj
+        let has_target = route_fields
             .get("route")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter(|d| is_default_destination(d, req, vs_ns))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !targets.is_empty() {
+            .filter(|r| r.get().starts_with('['))
+            .and_then(|r| serde_json::from_str::<Vec<Value>>(r.get()).ok())
+            .is_some_and(|list| list.iter().any(|d| is_default_destination(d, req, vs_ns)));
+        if has_target {
+            // The fields a copy changes, parsed; the others are written as they are.
+            let mut changed = Map::new();
+            for key in REWRITTEN {
+                if let Some(raw) = route_fields.get(key) {
+                    let value = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+                    changed.insert(key.to_owned(), value);
+                }
+            }
             let at = format!("VirtualService {id}: spec.http[{i}]");
-            for m in &req.matches {
-                let name = format!("{}{index}", req.route_prefix);
-                out.push(copy_route(obj, &targets, m, name, req, settings, &at)?);
-                index += 1;
+            for copy in copies(&changed, req, vs_ns, settings, &mut index, &at)? {
+                let Value::Object(copy) = copy else {
+                    unreachable!("a copy is an object")
+                };
+                let mut item = vec![b'{'];
+                let kept = route_fields
+                    .0
+                    .iter()
+                    .filter(|(k, _)| !REWRITTEN.contains(&k.as_ref()) && k.as_ref() != "delegate")
+                    .map(|(k, v)| (k.as_ref(), Raw::Text(v)));
+                let rewritten = copy.iter().map(|(k, v)| (k.as_str(), Raw::Value(v)));
+                for (n, (key, value)) in kept.chain(rewritten).enumerate() {
+                    if n > 0 {
+                        item.push(b',');
+                    }
+                    serde_json::to_writer(&mut item, key).map_err(|e| e.to_string())?;
+                    item.push(b':');
+                    match value {
+                        Raw::Text(raw) => item.extend_from_slice(raw.get().as_bytes()),
+                        Raw::Value(v) => {
+                            serde_json::to_writer(&mut item, v).map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+                item.push(b'}');
+                push_item(&mut out, &item);
             }
         }
-        out.push(route.clone());
+        push_item(&mut out, route.get().as_bytes());
+    }
+    out.push(b']');
+    Ok(String::from_utf8(out).expect("JSON text and serde_json output are UTF-8"))
+}
+
+/// The route fields a copy changes (besides `delegate`, which it drops).
+const REWRITTEN: [&str; 4] = ["name", "route", "headers", "match"];
+
+/// A field value to write: JSON text as it came, or a rewritten value.
+enum Raw<'a> {
+    Text(&'a RawValue),
+    Value(&'a Value),
+}
+
+/// Appends one array item to `out`, which starts with `[`.
+fn push_item(out: &mut Vec<u8>, item: &[u8]) {
+    if out.len() > 1 {
+        out.push(b',');
+    }
+    out.extend_from_slice(item);
+}
+
+/// The fields of a JSON object as unparsed JSON text, by key; a repeated key keeps its last
+/// value, as in a parsed tree.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Fields<'a>(#[serde(borrow)] BTreeMap<Key<'a>, &'a RawValue>);
+
+impl Fields<'_> {
+    fn get(&self, key: &str) -> Option<&RawValue> {
+        self.0.get(key).copied()
+    }
+}
+
+/// An object key, borrowed from the JSON text unless it has escapes.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Key<'a>(Cow<'a, str>);
+
+impl Borrow<str> for Key<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Key<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
+}
+
+/// The fields of `raw` when it is an object.
+fn fields(raw: &RawValue) -> Option<Fields<'_>> {
+    raw.get()
+        .starts_with('{')
+        .then(|| serde_json::from_str(raw.get()).ok())
+        .flatten()
+}
+
+/// The string `raw` holds, if it is one.
+fn as_string(raw: Option<&RawValue>) -> Option<String> {
+    raw.filter(|r| r.get().starts_with('"'))
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+}
+
+/// Rejects a route prefix that could match routes of other subsets.
+fn check_prefix(req: &RouteRequest, id: &str) -> Result<(), String> {
+    if req.route_prefix.is_empty() || !req.route_prefix.ends_with('-') {
+        return Err(format!(
+            "route prefix {:?} for VirtualService {id} must be non-empty and end with '-'",
+            req.route_prefix
+        ));
+    }
+    Ok(())
+}
+
+/// The copies of route `obj`, one per istioMatch, numbered from `index` on; none when it has
+/// no (host, default) destination.
+fn copies(
+    obj: &Map<String, Value>,
+    req: &RouteRequest,
+    vs_ns: Option<&str>,
+    settings: &Settings,
+    index: &mut usize,
+    at: &str,
+) -> Result<Vec<Value>, String> {
+    let targets: Vec<&Value> = obj
+        .get("route")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter(|d| is_default_destination(d, req, vs_ns))
+                .collect()
+        })
+        .unwrap_or_default();
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(req.matches.len());
+    for m in &req.matches {
+        let name = format!("{}{index}", req.route_prefix);
+        out.push(copy_route(obj, &targets, m, name, req, settings, at)?);
+        *index += 1;
     }
     Ok(out)
 }
@@ -383,6 +552,7 @@ pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oracle::rewrite_tree;
     use serde_json::json;
 
     const PREFIX: &str = "dynamic-environment-default-de-sample-reviews-";
@@ -874,6 +1044,98 @@ mod tests {
         }
     }
 
+    /// `rewrite_json` on `vs` as text, and the tree path on the same input.
+    fn both_paths(
+        r: &RouteRequest,
+        vs: &str,
+    ) -> (Result<String, String>, Result<Vec<Value>, String>) {
+        let raw: &RawValue = serde_json::from_str(vs).unwrap();
+        let tree: Value = serde_json::from_str(vs).unwrap();
+        (
+            rewrite_json(r, raw, &Settings::default()),
+            rewrite_tree(r, &tree, &Settings::default()),
+        )
+    }
+
+    #[test]
+    fn kept_routes_are_copied_as_their_text() {
+        // Key order and spacing as sent, which a parsed tree would not keep.
+        let text = r#"{"metadata":{"namespace":"default","name":"reviews"},"spec":{"http":[
+            {"route": [{"destination": {"subset": "v1", "host": "ratings"}}], "name": "other"},
+            {"name":"main","route":[{"destination":{"host":"reviews","subset":"shared"}}]}
+        ]}}"#;
+        let (json, tree) = both_paths(&req(vec![jason()]), text);
+        let json = json.unwrap();
+        assert!(
+            json.starts_with(
+                r#"[{"route": [{"destination": {"subset": "v1", "host": "ratings"}}], "name": "other"},"#
+            ),
+            "{json}"
+        );
+        assert!(
+            json.ends_with(r#",{"name":"main","route":[{"destination":{"host":"reviews","subset":"shared"}}]}]"#),
+            "{json}"
+        );
+        let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed, tree.unwrap(), "the same routes as the tree path");
+        assert_eq!(parsed.len(), 3);
+    }
+
+    #[test]
+    fn both_paths_agree_on_odd_shapes() {
+        let r = req(vec![jason(), jason()]);
+        for text in [
+            // Non-object routes, a null name and route, a route that is not an array, a
+            // destination that is not an object, escaped strings, no metadata, null spec.
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[1,"x",null,[],
+               {"name":null,"route":null},{"route":{}},{"route":[3,{"destination":null}]},
+               {"name":"dynamic-environment-default-de-sample-reviews-\u0030","route":[]},
+               {"name":"\u006dain","route":[{"destination":{"host":"re\u0076iews","subset":"shared"},"weight":5}]}]}}"#,
+            r#"{"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"elsewhere"},"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
+            r#"{"metadata":[],"spec":{"http":[]}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":null}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":null}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":[]}"#,
+            r#"[]"#,
+            // A copied route with fields kept as text, an escaped key, a delegate, null headers.
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"time\u006fut":"5s","delegate":{"name":"d"},"headers":null,"retries":{"attempts":3},"match":[{"uri":{"prefix":"/a"}},{"headers":{"end-user":{"exact":"bob"}}}],"route":[{"destination":{"host":"reviews","subset":"shared"},"weight":50},{"destination":{"host":"reviews.default.svc.cluster.local","subset":"shared"}}]}]}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"headers":{"response":[]},"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"match":{},"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
+            // Repeated keys: the last one counts, as in a parsed tree.
+            r#"{"metadata":{"name":"x","name":"reviews","namespace":"default"},"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"name":"a","name":"dynamic-environment-default-de-sample-reviews-0","route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
+            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}],"route":[]}]}}"#,
+        ] {
+            let (json, tree) = both_paths(&r, text);
+            match (json, tree) {
+                (Ok(json), Ok(tree)) => {
+                    let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
+                    assert_eq!(parsed, tree, "{text}");
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b, "{text}"),
+                (a, b) => panic!("{text}: {a:?} vs {b:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_keys_count_as_in_a_tree() {
+        let text = r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"name":"main","route":[],"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#;
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        let out: Vec<Value> = serde_json::from_str(
+            &rewrite_json(&req(vec![jason()]), raw, &Settings::default()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            out.len(),
+            2,
+            "the last `route` has the default destination: {out:?}"
+        );
+        assert_eq!(out[0]["name"], json!(format!("{PREFIX}0")));
+    }
+
     #[test]
     fn settings() {
         assert_eq!(
@@ -926,5 +1188,72 @@ mod tests {
             json!({"prefix": "ja"})
         );
         assert_eq!(r.matches[0].source_labels, vec![label("a", "b")]);
+    }
+}
+
+/// The rules as first written, on a parsed tree: the oracle [`rewrite_json`] is checked against.
+#[cfg(test)]
+mod oracle {
+    use super::*;
+
+    /// `namespace/name` of a VirtualService, for messages.
+    fn vs_id(vs: &Value) -> String {
+        let field = |k: &str| {
+            vs.get("metadata")
+                .and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+        };
+        format!("{}/{}", field("namespace"), field("name"))
+    }
+
+    /// The rules on a VirtualService read as a whole tree: the path of VirtualServices that
+    /// repeat a key.
+    pub(super) fn rewrite_tree(
+        req: &RouteRequest,
+        vs: &Value,
+        settings: &Settings,
+    ) -> Result<Vec<Value>, String> {
+        let id = vs_id(vs);
+        check_prefix(req, &id)?;
+        let spec = match vs.get("spec") {
+            Some(Value::Object(spec)) => spec,
+            Some(_) => return Err(format!("VirtualService {id}: spec is not an object")),
+            None => return Err(format!("VirtualService {id} has no spec")),
+        };
+        let http = match spec.get("http") {
+            Some(Value::Array(http)) => http,
+            Some(_) => return Err(format!("VirtualService {id}: spec.http is not an array")),
+            None => {
+                return Err(format!(
+                    "VirtualService {id} has no spec.http (no HTTP routes)"
+                ));
+            }
+        };
+        let vs_ns = vs
+            .get("metadata")
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .filter(|ns| !ns.is_empty());
+
+        let mut out = Vec::with_capacity(http.len() * (1 + req.matches.len()));
+        let mut index = 0usize;
+        for (i, route) in http.iter().enumerate() {
+            let Value::Object(obj) = route else {
+                out.push(route.clone());
+                continue;
+            };
+            if obj
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| n.starts_with(&req.route_prefix))
+            {
+                continue;
+            }
+            let at = format!("VirtualService {id}: spec.http[{i}]");
+            out.extend(copies(obj, req, vs_ns, settings, &mut index, &at)?);
+            out.push(route.clone());
+        }
+        Ok(out)
     }
 }
