@@ -44,8 +44,9 @@ const PLAN_ROUNDS: usize = 3;
 const PLAN_TARGET: Duration = Duration::from_secs(1);
 /// DynamicEnvs of section 2.
 const RECONCILED: usize = 200;
-/// The routers of section 1: the native library, the component, the component with
-/// wasmtime's pooling allocator (`wasmop run --pooling`).
+/// The routers of section 1: the native library, the component with on-demand instances
+/// (`wasmop run --pooling=false`), the component with wasmtime's pooling allocator (the
+/// default).
 const ROUTERS: [&str; 3] = ["native", "wasm", "wasm-pooling"];
 /// The child process's router (section 1).
 const CHILD_ENV: &str = "WASMOP_BENCH_ROUTING_CHILD";
@@ -296,8 +297,8 @@ fn plan_section() {
         println!(
             "| {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} µs | {:.0} MiB | {:.0} MiB |",
             match router {
-                "wasm" => "routing-istio component (wasm, 2 concurrent calls)",
-                "wasm-pooling" => "the same with `--pooling`",
+                "wasm" => "routing-istio component (wasm, `--pooling=false`)",
+                "wasm-pooling" => "the same with pooling (the default)",
                 _ => "routing-istio as a native library",
             },
             med * 1e3,
