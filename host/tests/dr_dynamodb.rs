@@ -4,10 +4,10 @@
 //! compare-and-swap, Admiral's item without an owner, whole seconds rounded up, a role assumed
 //! through STS (moto's STS, on the same endpoint), and an unreachable endpoint.
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+#[path = "common/dynamodb.rs"]
+mod dynamodb;
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynamodb::create_table;
 use wasmop::dr::backend::{BackendError, LeaseBackend, Record};
 use wasmop::dr::config::DynamoDbConfig;
 use wasmop::dr::dynamodb::DynamoDbLease;
@@ -38,29 +38,6 @@ fn config(endpoint: &str, lease: &str) -> DynamoDbConfig {
         role: None,
         endpoint: Some(endpoint.into()),
     }
-}
-
-async fn create_table(c: &aws_sdk_dynamodb::Client) {
-    c.create_table()
-        .table_name(TABLE)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("leaseName")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("leaseName")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .expect("create the table");
 }
 
 fn record(owner: &str, updated_ms: i64, notes: &str) -> Record {
@@ -96,7 +73,7 @@ async fn admiral_put(
 async fn conditional_writes_on_admirals_table() {
     let moto = Moto::start("dr-dynamodb").await;
     let c = client(&moto.endpoint);
-    create_table(&c).await;
+    create_table(&c, TABLE).await;
     let lease = DynamoDbLease::from_client(c.clone(), &config(&moto.endpoint, "wasmop"));
     assert!(lease.describe().contains("admiral-lease"));
 
@@ -187,7 +164,7 @@ async fn an_unreachable_endpoint_is_a_clear_error() {
 #[tokio::test]
 async fn a_role_is_assumed_through_sts() {
     let moto = Moto::start("dr-dynamodb-sts").await;
-    create_table(&client(&moto.endpoint)).await;
+    create_table(&client(&moto.endpoint), TABLE).await;
     // The base credentials are static (not the environment's); the role's come from STS.
     let base = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))

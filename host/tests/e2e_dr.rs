@@ -17,13 +17,13 @@
 //! The reconciled resources are ElasticServices (and, in the SIGKILL test, a DynamicEnv: the
 //! DR loop gates every controller alike).
 
+#[path = "common/dynamodb.rs"]
+mod dynamodb;
+use dynamodb::create_table;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::jiff::Timestamp;
@@ -376,31 +376,6 @@ async fn moto_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
         .credentials_provider(creds)
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)
-}
-
-/// Admiral's table.
-async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) {
-    client
-        .create_table()
-        .table_name(table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("leaseName")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("leaseName")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .expect("create the table");
 }
 
 #[tokio::test]
