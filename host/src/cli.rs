@@ -173,7 +173,13 @@ async fn plugin_check(file: &Path, hook: Option<Hook>, settings: &str) -> anyhow
     Ok(ExitCode::FAILURE)
 }
 
-async fn load_for_cli(
+/// Loads `plugin` (`builtin://NAME` or a component file) for `hook` with `settings`, as the
+/// CLI commands (`plugin run`, `plugin check`, `plan`) do: the production limits, nothing
+/// granted.
+///
+/// # Errors
+/// When the file cannot be read, the component does not load or its settings are rejected.
+pub(crate) async fn load_for_cli(
     runtime: &Arc<PluginRuntime>,
     hook: Hook,
     plugin: &str,

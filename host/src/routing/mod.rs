@@ -32,8 +32,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::plugins::registry::{Fetch, LocalFetch, Source};
-use crate::plugins::{Hook, PluginRuntime, PluginSpec, RuntimeOptions};
+use crate::plugins::{Hook, PluginRuntime, RuntimeOptions};
 use crate::runtime::Context;
 use crate::runtime::gate::WriteError;
 pub use plan::{Plan, PlanConfig, plan};
@@ -192,26 +191,8 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
 /// Loads the router of `wasmop plan`: `builtin://NAME` or a component file.
 async fn load_router(plugin: &str, settings: &str) -> anyhow::Result<WasmRouter> {
     let runtime = PluginRuntime::new(RuntimeOptions::default())?;
-    let (source, name) = if let Some(name) = plugin.strip_prefix("builtin://") {
-        (Source::Builtin(name.into()), name.to_owned())
-    } else {
-        let path =
-            std::fs::canonicalize(plugin).with_context(|| format!("cannot find {plugin}"))?;
-        (
-            Source::File(path.display().to_string()),
-            path.file_stem()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned(),
-        )
-    };
-    let bytes = LocalFetch::default()
-        .fetch(&source)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let mut spec = PluginSpec::new(&name, Hook::Routing, plugin);
-    spec.settings = Some(serde_json::from_str(settings).context("--settings is not valid JSON")?);
-    let plugin = tokio::task::spawn_blocking(move || runtime.load(&spec, &bytes)).await??;
+    let settings = serde_json::from_str(settings).context("--settings is not valid JSON")?;
+    let plugin = crate::cli::load_for_cli(&runtime, Hook::Routing, plugin, settings).await?;
     Ok(WasmRouter(plugin))
 }
 
