@@ -555,14 +555,9 @@ impl Restarter {
             return Ok(());
         }
         let api: Api<ProxyRestartPolicy> = Api::all(self.ctx.client.clone());
-        let patch = serde_json::json!({
-            "apiVersion": ProxyRestartPolicy::api_version(&()),
-            "kind": ProxyRestartPolicy::kind(&()),
-            "status": next,
-        });
         self.ctx
             .writer
-            .apply_status(&api, &policy.name_any(), &patch)
+            .apply_status(&api, &policy.name_any(), &next)
             .await?;
         Ok(())
     }

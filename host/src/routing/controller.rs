@@ -611,14 +611,9 @@ impl Routing {
         status.conditions = vec![condition];
         let api: Api<DynamicEnv> =
             Api::namespaced(self.ctx.client.clone(), &de.namespace().unwrap_or_default());
-        let patch = serde_json::json!({
-            "apiVersion": DynamicEnv::api_version(&()),
-            "kind": DynamicEnv::kind(&()),
-            "status": status,
-        });
         self.ctx
             .writer
-            .apply_status(&api, &de.name_any(), &patch)
+            .apply_status(&api, &de.name_any(), &status)
             .await?;
         if before.state.as_deref() != Some(state.as_str()) {
             let warning = state == "degraded";

@@ -242,22 +242,22 @@ impl Writer {
             .await
     }
 
-    /// Server-side apply of the status subresource (`object` holds `apiVersion`, `kind` and
-    /// `status`) as [`FIELD_MANAGER`].
+    /// Server-side apply of `status` (the `status` field's content; `apiVersion` and `kind` are
+    /// added from `K`) to the status subresource as [`FIELD_MANAGER`].
     ///
     /// # Errors
     /// [`WriteError`].
-    pub async fn apply_status<K, P>(
+    pub async fn apply_status<K, S>(
         &self,
         api: &Api<K>,
         name: &str,
-        object: &P,
+        status: &S,
     ) -> Result<K, WriteError>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-        P: Serialize + Debug,
+        S: Serialize + Debug,
     {
-        self.apply_status_as(api, name, object, FIELD_MANAGER).await
+        self.apply_status_as(api, name, status, FIELD_MANAGER).await
     }
 
     /// As [`Writer::apply_status`] with another field manager, for status fields owned by a
@@ -265,23 +265,28 @@ impl Writer {
     ///
     /// # Errors
     /// [`WriteError`].
-    pub async fn apply_status_as<K, P>(
+    pub async fn apply_status_as<K, S>(
         &self,
         api: &Api<K>,
         name: &str,
-        object: &P,
+        status: &S,
         field_manager: &str,
     ) -> Result<K, WriteError>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-        P: Serialize + Debug,
+        S: Serialize + Debug,
     {
         let kind = K::kind(&());
+        let object = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": kind,
+            "status": status,
+        });
         let pp = PatchParams::apply(field_manager).force();
         self.send(
             "apply_status",
             &kind,
-            api.patch_status(name, &pp, &Patch::Apply(object)),
+            api.patch_status(name, &pp, &Patch::Apply(&object)),
         )
         .await
     }

@@ -179,11 +179,7 @@ async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K) {
     let id = obj
         .namespace()
         .map_or_else(|| name.clone(), |ns| format!("{ns}/{name}"));
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": { "conditions": [wanted] },
-    });
+    let patch = serde_json::json!({ "conditions": [wanted] });
     match ctx
         .writer
         .apply_status_as(&api, &name, &patch, FIELD_MANAGER)

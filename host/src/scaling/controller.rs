@@ -571,14 +571,9 @@ impl Scaling {
         status.last_reconciled_time = Some(Time(now));
         let api: Api<ElasticService> =
             Api::namespaced(self.ctx.client.clone(), &es.namespace().unwrap_or_default());
-        let patch = serde_json::json!({
-            "apiVersion": ElasticService::api_version(&()),
-            "kind": ElasticService::kind(&()),
-            "status": status,
-        });
         self.ctx
             .writer
-            .apply_status(&api, &es.name_any(), &patch)
+            .apply_status(&api, &es.name_any(), &status)
             .await?;
         Ok(())
     }
