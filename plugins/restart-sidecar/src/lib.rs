@@ -72,15 +72,17 @@
 //! without `metadata` gets a no-restart decision saying it is not a pod.
 
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 #[cfg(target_arch = "wasm32")]
 mod component;
 pub mod quantity;
 pub mod rfc3339;
+pub mod view;
 
 use quantity::Quantity;
 use rfc3339::Timestamp;
+use view::{ContainerView, PodView, Shape};
 
 /// Name of the sidecar container (or native-sidecar init container).
 pub const PROXY_CONTAINER: &str = "istio-proxy";
@@ -343,96 +345,28 @@ pub fn validate_settings(settings: &str) -> Result<Settings, Error> {
     Ok(out)
 }
 
-/// Parses the request's `pods`: a JSON array of Pod objects. Each pod keeps what the predicates
-/// read (its `name`, `namespace`, `creationTimestamp` and `annotations`, and the `name`, `image`
-/// and `resources` of its containers and init containers); the rest of its JSON (status, volumes, env, probes...) is skipped while
-/// parsing, without being built, which is most of the work for real pods. A value of another
-/// shape is kept whole, and judged as it is.
+/// Parses the request's `pods`: a JSON array of Pod objects, read in one pass as
+/// [`view::PodView`]s: each keeps what the predicates read (its `namespace`,
+/// `creationTimestamp` and the annotations they look at, and the `name`, `image` and resources
+/// of its containers and init containers); the rest of its JSON (status, volumes, env,
+/// probes...) is skipped while parsing, without being built, which is most of the work for
+/// real pods. A value of another shape is kept as such, and judged as it is.
 ///
 /// # Errors
 /// Not valid JSON, or not an array.
-pub fn parse_pods(json: &str) -> Result<Vec<Value>, Error> {
-    // One pass in the usual case; a page with an odd value is parsed again, pod by pod.
-    if let Ok(pods) = serde_json::from_str::<Vec<SlimPod>>(json) {
-        return Ok(pods.into_iter().map(SlimPod::into_value).collect());
-    }
-    let Ok(raw) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(json) else {
-        return Err(match serde_json::from_str::<Value>(json) {
-            Ok(other) => Error::at(
+pub fn parse_pods(json: &str) -> Result<Vec<PodView<'_>>, Error> {
+    serde_json::from_str::<Vec<PodView<'_>>>(json).map_err(|e| {
+        match serde_json::from_str::<serde::de::IgnoredAny>(json) {
+            Ok(_) => Error::at(
                 "pods",
-                format!("expected a JSON array of pods, got {}", kind_of(&other)),
+                format!(
+                    "expected a JSON array of pods, got {}",
+                    serde_json::from_str::<Value>(json).map_or("another value", |v| kind_of(&v))
+                ),
             ),
-            Err(e) => Error::at("pods", format!("not valid JSON: {e}")),
-        });
-    };
-    raw.into_iter()
-        .map(|pod| {
-            serde_json::from_str::<SlimPod>(pod.get())
-                .map(SlimPod::into_value)
-                .or_else(|_| serde_json::from_str::<Value>(pod.get()))
-                .map_err(|e| Error::at("pods", format!("not valid JSON: {e}")))
-        })
-        .collect()
-}
-
-/// A pod as the predicates read it (see [`parse_pods`]).
-#[derive(Deserialize)]
-struct SlimPod {
-    #[serde(default)]
-    metadata: Option<SlimMetadata>,
-    #[serde(default)]
-    spec: Option<SlimSpec>,
-}
-
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimMetadata {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    namespace: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    creation_timestamp: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    annotations: Option<Value>,
-}
-
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    containers: Option<Vec<SlimContainer>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    init_containers: Option<Vec<SlimContainer>>,
-}
-
-#[derive(Deserialize, Serialize)]
-struct SlimContainer {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    image: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    resources: Option<Value>,
-}
-
-impl SlimPod {
-    fn into_value(self) -> Value {
-        let mut pod = Map::new();
-        if let Some(metadata) = self.metadata {
-            pod.insert(
-                "metadata".into(),
-                serde_json::to_value(metadata).unwrap_or(Value::Null),
-            );
+            Err(_) => Error::at("pods", format!("not valid JSON: {e}")),
         }
-        if let Some(spec) = self.spec {
-            pod.insert(
-                "spec".into(),
-                serde_json::to_value(spec).unwrap_or(Value::Null),
-            );
-        }
-        Value::Object(pod)
-    }
+    })
 }
 
 /// The decision for one pod.
@@ -458,7 +392,7 @@ pub fn evaluate_request(
     let desired = DesiredProxy::from_json(desired)?;
     let applied = DesiredProxy::applied_from_json(applied)?;
     let pods = parse_pods(pods)?;
-    Ok(evaluate_with(&settings, &desired, applied.as_ref(), &pods))
+    Ok(evaluate_views(&settings, &desired, applied.as_ref(), &pods))
 }
 
 /// Judges each pod against the desired state with default settings; one decision per pod, in order.
@@ -476,6 +410,21 @@ pub fn evaluate_with(
     desired: &DesiredProxy,
     applied: Option<&DesiredProxy>,
     pods: &[Value],
+) -> Vec<Decision> {
+    let views: Vec<PodView<'_>> = pods
+        .iter()
+        .map(|pod| PodView::deserialize(pod).unwrap_or_default())
+        .collect();
+    evaluate_views(settings, desired, applied, &views)
+}
+
+/// Judges each pod, as [`parse_pods`] read it, against the desired state; one decision per
+/// pod, in order.
+pub fn evaluate_views(
+    settings: &Settings,
+    desired: &DesiredProxy,
+    applied: Option<&DesiredProxy>,
+    pods: &[PodView<'_>],
 ) -> Vec<Decision> {
     let plan = Plan::new(desired, applied);
     pods.iter().map(|pod| plan.judge(settings, pod)).collect()
@@ -579,21 +528,15 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn judge(&self, settings: &Settings, pod: &Value) -> Decision {
-        let Some(pod_object) = pod.as_object() else {
-            return no_restart(format!(
-                "not a pod: expected a JSON object, got {}",
-                kind_of(pod)
-            ));
-        };
-        let Some(metadata) = pod_object.get("metadata").and_then(Value::as_object) else {
-            return no_restart("not a pod: it has no metadata object");
-        };
-        let pod = Pod {
-            metadata,
-            spec: pod_object.get("spec"),
-        };
-        let namespace = pod.metadata_str("namespace").unwrap_or("");
+    fn judge(&self, settings: &Settings, pod: &PodView<'_>) -> Decision {
+        match pod.shape {
+            Shape::Pod => {}
+            Shape::NoMetadata => return no_restart("not a pod: it has no metadata object"),
+            Shape::NotAnObject(kind) => {
+                return no_restart(format!("not a pod: expected a JSON object, got {kind}"));
+            }
+        }
+        let namespace = pod.namespace.as_deref().unwrap_or("");
         if settings.ignore_namespaces.iter().any(|ns| ns == namespace) {
             return no_restart(format!(
                 "namespace {namespace} is ignored (settings.ignoreNamespaces)"
@@ -603,13 +546,13 @@ impl<'a> Plan<'a> {
         let mut reasons = Vec::new();
         let mut notes = self.notes.clone();
         if pod.annotation(CUSTOM_IMAGE_ANNOTATION).is_none() {
-            self.image(&pod, &mut reasons);
-            self.resources(&pod, &mut reasons, &mut notes);
+            self.image(pod, &mut reasons);
+            self.resources(pod, &mut reasons, &mut notes);
         }
-        self.cni(&pod, &mut reasons);
+        self.cni(pod, &mut reasons);
         reasons.extend(self.global.iter().cloned());
-        self.prometheus_merge(&pod, &mut reasons);
-        self.restart_after(&pod, &mut reasons, &mut notes);
+        self.prometheus_merge(pod, &mut reasons);
+        self.restart_after(pod, &mut reasons, &mut notes);
 
         let restart = !reasons.is_empty();
         if !restart {
@@ -622,15 +565,12 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn image(&self, pod: &Pod<'_>, reasons: &mut Vec<String>) {
+    fn image(&self, pod: &PodView<'_>, reasons: &mut Vec<String>) {
         let Some(want) = &self.desired.image else {
             return;
         };
-        for (container, init) in pod.proxy_containers() {
-            let have = container
-                .get("image")
-                .and_then(Value::as_str)
-                .unwrap_or("(none)");
+        for (container, init) in proxy_containers(pod) {
+            let have = container.image.as_deref().unwrap_or("(none)");
             if have != want {
                 let what = if init {
                     "istio-proxy init container image"
@@ -642,9 +582,9 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn resources(&self, pod: &Pod<'_>, reasons: &mut Vec<String>, notes: &mut Vec<String>) {
+    fn resources(&self, pod: &PodView<'_>, reasons: &mut Vec<String>, notes: &mut Vec<String>) {
         let annotated;
-        let expected = match pod.annotated_resources() {
+        let expected = match annotated_resources(pod) {
             None => &self.resources,
             Some(Ok(from_annotations)) => {
                 annotated = from_annotations;
@@ -655,22 +595,21 @@ impl<'a> Plan<'a> {
                 return;
             }
         };
-        for (container, init) in pod.proxy_containers() {
+        for (container, init) in proxy_containers(pod) {
             let what = if init {
                 "istio-proxy init container"
             } else {
                 "istio-proxy"
             };
-            let resources = container.get("resources");
-            for (want, (kind, name, label)) in expected.iter().zip(RESOURCE_SLOTS) {
+            for ((want, have), (_, _, label)) in expected
+                .iter()
+                .zip(&container.resources)
+                .zip(RESOURCE_SLOTS)
+            {
                 let Some(want) = want else { continue };
-                let have = resources
-                    .and_then(|r| r.get(kind))
-                    .and_then(|v| v.get(name))
-                    .and_then(quantity_of);
-                let (have_text, have_value) = match have {
-                    None => ("(none)".to_owned(), Quantity::ZERO),
-                    Some(text) => match Quantity::parse(&text) {
+                let (have_text, have_value) = match have.as_deref() {
+                    None => ("(none)", Quantity::ZERO),
+                    Some(text) => match Quantity::parse(text) {
                         Ok(value) => (text, value),
                         Err(e) => {
                             notes.push(format!("{what} {label} not compared: {e}"));
@@ -688,15 +627,16 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn cni(&self, pod: &Pod<'_>, reasons: &mut Vec<String>) {
+    fn cni(&self, pod: &PodView<'_>, reasons: &mut Vec<String>) {
         let (stale, state) = match self.desired.cni {
             None => return,
             Some(true) => ("istio-init", "enabled"),
             Some(false) => ("istio-validation", "disabled"),
         };
         if pod
-            .containers("initContainers")
-            .any(|c| c.get("name").and_then(Value::as_str) == Some(stale))
+            .init_containers
+            .iter()
+            .any(|c| c.name.as_deref() == Some(stale))
         {
             reasons.push(format!(
                 "CNI is {state} but the pod has init container {stale}"
@@ -704,7 +644,7 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn prometheus_merge(&self, pod: &Pod<'_>, reasons: &mut Vec<String>) {
+    fn prometheus_merge(&self, pod: &PodView<'_>, reasons: &mut Vec<String>) {
         let Some(merge) = self.desired.prometheus_merge else {
             return;
         };
@@ -728,11 +668,11 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn restart_after(&self, pod: &Pod<'_>, reasons: &mut Vec<String>, notes: &mut Vec<String>) {
+    fn restart_after(&self, pod: &PodView<'_>, reasons: &mut Vec<String>, notes: &mut Vec<String>) {
         let Some((after, after_text)) = self.restart_after else {
             return;
         };
-        let Some(created_text) = pod.metadata_str("creationTimestamp") else {
+        let Some(created_text) = pod.creation_timestamp.as_deref() else {
             notes.push("restartAfter not applied: the pod has no creationTimestamp".to_owned());
             return;
         };
@@ -748,94 +688,59 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// Read access to the parts of a Pod the predicates look at.
-struct Pod<'a> {
-    metadata: &'a Map<String, Value>,
-    spec: Option<&'a Value>,
+/// Every container named `istio-proxy`, with whether it is an init (native sidecar) container.
+fn proxy_containers<'p>(
+    pod: &'p PodView<'_>,
+) -> impl Iterator<Item = (&'p ContainerView<'p>, bool)> + 'p {
+    let plain = pod.containers.iter().map(|c| (c, false));
+    let init = pod.init_containers.iter().map(|c| (c, true));
+    plain
+        .chain(init)
+        .filter(|(c, _)| c.name.as_deref() == Some(PROXY_CONTAINER))
 }
 
-impl<'a> Pod<'a> {
-    fn metadata_str(&self, key: &str) -> Option<&'a str> {
-        self.metadata.get(key).and_then(Value::as_str)
+/// `None` when the pod has no resource annotation; otherwise the expected values they give,
+/// or a note when one of them is not a quantity.
+fn annotated_resources(pod: &PodView<'_>) -> Option<Result<ExpectedResources, String>> {
+    let keys = [
+        ANNOTATION_CPU,
+        ANNOTATION_MEMORY,
+        ANNOTATION_CPU_LIMIT,
+        ANNOTATION_MEMORY_LIMIT,
+    ];
+    if keys.iter().all(|k| pod.annotation(k).is_none()) {
+        return None;
     }
-
-    fn annotation(&self, key: &str) -> Option<&'a str> {
-        self.metadata
-            .get("annotations")
-            .and_then(|a| a.get(key))
-            .and_then(Value::as_str)
-    }
-
-    /// The entries of `spec.<list>` (`containers` or `initContainers`).
-    fn containers(&self, list: &str) -> impl Iterator<Item = &'a Value> + use<'a> {
-        self.spec
-            .and_then(|s| s.get(list))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-    }
-
-    /// Every container named `istio-proxy`, with whether it is an init (native sidecar) container.
-    fn proxy_containers(&self) -> impl Iterator<Item = (&'a Value, bool)> + use<'a> {
-        let plain = self.containers("containers").map(|c| (c, false));
-        let init = self.containers("initContainers").map(|c| (c, true));
-        plain
-            .chain(init)
-            .filter(|(c, _)| c.get("name").and_then(Value::as_str) == Some(PROXY_CONTAINER))
-    }
-
-    /// `None` when the pod has no resource annotation; otherwise the expected values they give,
-    /// or a note when one of them is not a quantity.
-    fn annotated_resources(&self) -> Option<Result<ExpectedResources, String>> {
-        let keys = [
-            ANNOTATION_CPU,
-            ANNOTATION_MEMORY,
-            ANNOTATION_CPU_LIMIT,
-            ANNOTATION_MEMORY_LIMIT,
-        ];
-        if keys.iter().all(|k| self.annotation(k).is_none()) {
-            return None;
-        }
-        let parse = |key: &'static str| -> Result<Option<Expected>, String> {
-            let Some(text) = self.annotation(key) else {
-                return Ok(None);
-            };
-            Quantity::parse(text)
-                .map(|value| {
-                    Some(Expected {
-                        text: text.to_owned(),
-                        value,
-                        source: key,
-                    })
+    let parse = |key: &'static str| -> Result<Option<Expected>, String> {
+        let Some(text) = pod.annotation(key) else {
+            return Ok(None);
+        };
+        Quantity::parse(text)
+            .map(|value| {
+                Some(Expected {
+                    text: text.to_owned(),
+                    value,
+                    source: key,
                 })
-                .map_err(|e| format!("resources not compared: annotation {key}: {e}"))
-        };
-        let run = || -> Result<ExpectedResources, String> {
-            let (cpu_limit, memory_limit) = (
-                parse(ANNOTATION_CPU_LIMIT)?,
-                parse(ANNOTATION_MEMORY_LIMIT)?,
-            );
-            let cpu = parse(ANNOTATION_CPU)?.or_else(|| cpu_limit.clone());
-            let memory = parse(ANNOTATION_MEMORY)?.or_else(|| memory_limit.clone());
-            Ok([cpu, memory, cpu_limit, memory_limit])
-        };
-        Some(run())
-    }
+            })
+            .map_err(|e| format!("resources not compared: annotation {key}: {e}"))
+    };
+    let run = || -> Result<ExpectedResources, String> {
+        let (cpu_limit, memory_limit) = (
+            parse(ANNOTATION_CPU_LIMIT)?,
+            parse(ANNOTATION_MEMORY_LIMIT)?,
+        );
+        let cpu = parse(ANNOTATION_CPU)?.or_else(|| cpu_limit.clone());
+        let memory = parse(ANNOTATION_MEMORY)?.or_else(|| memory_limit.clone());
+        Ok([cpu, memory, cpu_limit, memory_limit])
+    };
+    Some(run())
 }
 
 fn no_restart(reason: impl Into<String>) -> Decision {
     Decision {
         restart: false,
         reason: reason.into(),
-    }
-}
-
-/// A quantity in a Pod: a string, or a number as some clients write it.
-fn quantity_of(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
     }
 }
 

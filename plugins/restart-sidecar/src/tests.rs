@@ -938,21 +938,148 @@ fn parsing_keeps_what_the_predicates_read_and_judges_odd_values_whole() {
     ])
     .to_string();
     let pods = parse_pods(&full).unwrap();
+    assert_eq!(pods.len(), 4);
+    assert_eq!(pods[0].shape, view::Shape::Pod);
+    assert_eq!(pods[0].namespace.as_deref(), Some("ns"));
     assert_eq!(
-        pods[0],
-        json!({"metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "b"}},
-               "spec": {"containers": [{"name": "istio-proxy", "image": OLD,
-                                        "resources": {"requests": {"cpu": "1"}}}],
-                        "initContainers": [{"name": "istio-init", "image": OLD}]}})
+        pods[0].annotations,
+        <[Option<std::borrow::Cow<'_, str>>; 7]>::default(),
+        "annotation a is not read"
     );
-    assert_eq!(pods[1], json!("app-1"));
-    assert_eq!(pods[2], json!({"metadata": {"name": "q"}, "spec": 5}));
+    assert_eq!(pods[0].containers.len(), 1);
+    assert_eq!(pods[0].containers[0].image.as_deref(), Some(OLD));
+    assert_eq!(pods[0].containers[0].resources[0].as_deref(), Some("1"));
     assert_eq!(
-        pods[3],
-        json!({"metadata": {"name": "r"}, "spec": {"containers": ["x"]}})
+        pods[0].init_containers[0].name.as_deref(),
+        Some("istio-init")
     );
-    // The same decisions as on the whole pods.
+    assert_eq!(pods[1].shape, view::Shape::NotAnObject("a string"));
+    assert_eq!(pods[2].shape, view::Shape::Pod);
+    assert!(pods[2].containers.is_empty(), "spec 5 has no containers");
+    assert!(
+        pods[3].containers.is_empty(),
+        "a container that is not an object is none"
+    );
+    assert!(
+        matches!(pods[0].namespace, Some(std::borrow::Cow::Borrowed(_))),
+        "strings without escapes are borrowed from the page"
+    );
     let want = desired(json!({"image": NEW, "cni": true}));
     let whole: Vec<Value> = serde_json::from_str(&full).unwrap();
-    assert_eq!(evaluate(&want, None, &pods), evaluate(&want, None, &whole));
+    assert_eq!(
+        evaluate_views(&Settings::default(), &want, None, &pods),
+        evaluate(&want, None, &whole)
+    );
+}
+
+/// A pod read with `serde_json::Value`'s accessors (`get`, `as_str`, `as_array`), as the
+/// predicates read pods before the one-pass reader: the oracle it is checked against.
+fn view_by_accessors(pod: &Value) -> view::PodView<'_> {
+    use std::borrow::Cow;
+    fn text(v: Option<&Value>) -> Option<Cow<'_, str>> {
+        v.and_then(Value::as_str).map(Cow::Borrowed)
+    }
+    let Some(object) = pod.as_object() else {
+        let kind = match pod {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            _ => "an array",
+        };
+        return view::PodView {
+            shape: view::Shape::NotAnObject(kind),
+            ..Default::default()
+        };
+    };
+    let Some(metadata) = object.get("metadata").and_then(Value::as_object) else {
+        return view::PodView {
+            shape: view::Shape::NoMetadata,
+            ..Default::default()
+        };
+    };
+    let containers = |list: &str| -> Vec<view::ContainerView<'_>> {
+        object
+            .get("spec")
+            .and_then(|s| s.get(list))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|c| c.is_object())
+            .map(|c| view::ContainerView {
+                name: text(c.get("name")),
+                image: text(c.get("image")),
+                resources: [
+                    ("requests", "cpu"),
+                    ("requests", "memory"),
+                    ("limits", "cpu"),
+                    ("limits", "memory"),
+                ]
+                .map(|(kind, name)| {
+                    match c
+                        .get("resources")
+                        .and_then(|r| r.get(kind))
+                        .and_then(|v| v.get(name))
+                    {
+                        Some(Value::String(s)) => Some(Cow::Borrowed(s.as_str())),
+                        Some(Value::Number(n)) => Some(Cow::Owned(n.to_string())),
+                        _ => None,
+                    }
+                }),
+            })
+            .collect()
+    };
+    view::PodView {
+        shape: view::Shape::Pod,
+        namespace: text(metadata.get("namespace")),
+        creation_timestamp: text(metadata.get("creationTimestamp")),
+        annotations: view::ANNOTATIONS
+            .map(|k| text(metadata.get("annotations").and_then(|a| a.get(k)))),
+        containers: containers("containers"),
+        init_containers: containers("initContainers"),
+    }
+}
+
+#[test]
+fn one_pass_reading_and_value_reading_agree() {
+    // Odd types where the predicates look, repeated keys, escapes, numbers as quantities.
+    let page = r#"[
+        {"metadata": {"namespace": "a\u0062", "annotations": {"sidecar.istio.io/proxyCPU": 1,
+                      "prometheus.io/path": "/stats/prometheus", "prometheus.io/port": "150\u0032\u0030",
+                      "sidecar.istio.io/proxyMemory": "64Mi"}, "creationTimestamp": 5},
+         "spec": {"containers": [{"name": "istio-proxy", "image": 7,
+                                  "resources": {"requests": {"cpu": 0.5, "memory": [1]}, "limits": "x"}},
+                                 {"name": "istio-proxy", "image": "old", "image": "new",
+                                  "resources": {"limits": {"cpu": 2, "memory": "1Gi"}}}],
+                  "initContainers": {"name": "istio-init"}}},
+        {"metadata": {"annotations": [], "namespace": null},
+         "spec": {"initContainers": [null, {"name": "istio-init"}, {"name": ["istio-init"]}]}},
+        {"metadata": 3, "spec": {}},
+        {"metadata": {}, "metadata": null},
+        {"metadata": null, "metadata": {"namespace": "x"}},
+        [1, {"metadata": {}}], 2.5, true, null
+    ]"#;
+    let wants = [
+        desired(json!({"image": "new", "cni": true, "prometheusMerge": true,
+                       "restartAfter": "2026-01-01T00:00:00Z"})),
+        desired(
+            json!({"image": "old", "cni": false, "prometheusMerge": false,
+                       "resources": {"requests": {"cpu": "500m", "memory": "64Mi"},
+                                     "limits": {"cpu": "2", "memory": "1Gi"}}}),
+        ),
+    ];
+    let views = parse_pods(page).unwrap();
+    let values: Vec<Value> = serde_json::from_str(page).unwrap();
+    let by_accessors: Vec<view::PodView<'_>> = values.iter().map(view_by_accessors).collect();
+    assert_eq!(
+        views, by_accessors,
+        "the one-pass reader reads as Value's accessors do"
+    );
+    for want in &wants {
+        let one_pass = evaluate_views(&Settings::default(), want, None, &views);
+        let by_value = evaluate(want, None, &values);
+        assert_eq!(one_pass, by_value);
+        assert_eq!(one_pass.len(), 9);
+        assert!(one_pass.iter().any(|d| d.restart), "{one_pass:?}");
+    }
 }
