@@ -56,13 +56,6 @@ impl Guest for Plugin {
 
     fn route(settings: String, request: RouteRequest) -> Result<RouteResponse, PluginError> {
         let settings = crate::Settings::parse(&settings).map_err(|e| err(e, Some("settings")))?;
-        let vs: &serde_json::value::RawValue = serde_json::from_str(&request.virtual_service)
-            .map_err(|e| {
-                err(
-                    format!("the VirtualService is not valid JSON: {e}"),
-                    Some("request.virtual-service"),
-                )
-            })?;
         let req = crate::RouteRequest {
             dynamic_env: request.dynamic_env,
             unique_name: request.unique_name,
@@ -73,7 +66,12 @@ impl Guest for Plugin {
             matches: request.matches.into_iter().map(istio_match).collect(),
             route_prefix: request.route_prefix,
         };
-        let http = crate::rewrite_json(&req, vs, &settings).map_err(|e| err(e, None))?;
+        let http = crate::rewrite_text(&req, &request.virtual_service, &settings).map_err(|e| {
+            // Only the text itself can be invalid JSON: name the field then.
+            let not_json =
+                serde_json::from_str::<serde::de::IgnoredAny>(&request.virtual_service).is_err();
+            err(e, not_json.then_some("request.virtual-service"))
+        })?;
         Ok(RouteResponse { http })
     }
 }

@@ -21,9 +21,12 @@
 //!
 //! Running [`rewrite`] on its own output gives the same output again.
 //!
-//! The component calls [`rewrite_json`], which parses only the fields these rules read and
-//! copies everything else, kept routes included, as the JSON text it had: the same routes as
-//! [`rewrite`], without building a tree of the VirtualService.
+//! The component calls [`rewrite_text`], which reads a VirtualService of the usual shape in one
+//! pass, parses only the fields these rules read and writes everything else, kept routes
+//! included, as the JSON text it had: the same routes as [`rewrite`], without building a tree
+//! of the VirtualService. Anything unusual (a field the rules rewrite of an unexpected type, a
+//! repeated key the rules read) takes a general path field by field, which gives the same
+//! routes and errors; tests check both paths against the tree version of the rules.
 //!
 //! The destination host matches the service host `H` in namespace `NS` when it is `H.NS`,
 //! `H.NS.svc` or `H.NS.svc.cluster.local`, or the short name `H` itself. Istio reads a short name
@@ -36,6 +39,7 @@ mod component;
 use serde::{Deserialize, Serialize};
 use std::borrow::{Borrow, Cow};
 use std::collections::BTreeMap;
+use std::io::Write as _;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -325,11 +329,454 @@ pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Ve
 /// what the component does. Only what the rules read is parsed: `metadata.name` and
 /// `.namespace`, and of each route its `name` and `route`; a route with copies also has its
 /// `headers` and `match` parsed. Every other field is copied as the JSON text it had, and so is
-/// every kept route, whole. As in a parsed tree, the last value of a repeated key counts.
+/// every field of a kept route. As in a parsed tree, the last value of a repeated key counts.
 ///
 /// # Errors
 /// As [`rewrite`].
 pub fn rewrite_json(
+    req: &RouteRequest,
+    vs: &RawValue,
+    settings: &Settings,
+) -> Result<String, String> {
+    rewrite_text(req, vs.get(), settings)
+}
+
+/// [`rewrite_json`] on JSON text that has not been checked yet: the component's entry point.
+/// A VirtualService of the usual shape (`metadata` an object, `spec.http` an array of objects,
+/// no repeated key among the fields the rules read) is read in one pass; any other text takes
+/// the general path, which gives the same routes and the same errors.
+///
+/// # Errors
+/// As [`rewrite`], and a message saying the text is not valid JSON.
+pub fn rewrite_text(req: &RouteRequest, vs: &str, settings: &Settings) -> Result<String, String> {
+    if let Ok(fast) = serde_json::from_str::<FastVs<'_>>(vs)
+        && let Some(result) = rewrite_fast(req, &fast, settings)
+    {
+        return result;
+    }
+    let raw: &RawValue = serde_json::from_str(vs)
+        .map_err(|e| format!("the VirtualService is not valid JSON: {e}"))?;
+    rewrite_general(req, raw, settings)
+}
+
+/// A VirtualService of the usual shape, borrowed from its JSON text (see [`rewrite_text`]).
+#[derive(Deserialize)]
+struct FastVs<'a> {
+    #[serde(borrow, default)]
+    metadata: Option<FastMeta<'a>>,
+    #[serde(borrow)]
+    spec: FastSpec<'a>,
+}
+
+#[derive(Deserialize)]
+struct FastMeta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct FastSpec<'a> {
+    #[serde(borrow)]
+    http: Vec<FieldList<'a>>,
+}
+
+/// An `HTTPRouteDestination`'s `destination` as the rules read it.
+#[derive(Deserialize)]
+struct FastTarget<'a> {
+    #[serde(borrow, default)]
+    host: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    subset: Option<Cow<'a, str>>,
+}
+
+impl FastTarget<'_> {
+    fn is_default(&self, req: &RouteRequest, vs_ns: Option<&str>) -> bool {
+        self.subset.as_deref() == Some(req.default_version.as_str())
+            && self
+                .host
+                .as_deref()
+                .is_some_and(|h| host_matches(h, req, vs_ns))
+    }
+}
+
+/// The one-pass path of [`rewrite_text`]; `None` when the VirtualService has a shape it leaves
+/// to the general path (a field the rules rewrite that is not an object or array where one is
+/// expected), which then gives the same routes or the error naming the field.
+fn rewrite_fast(
+    req: &RouteRequest,
+    vs: &FastVs<'_>,
+    settings: &Settings,
+) -> Option<Result<String, String>> {
+    let meta = vs.metadata.as_ref();
+    let (name, namespace) = (
+        meta.and_then(|m| m.name.as_deref()),
+        meta.and_then(|m| m.namespace.as_deref()),
+    );
+    let id = format!("{}/{}", namespace.unwrap_or("?"), name.unwrap_or("?"));
+    if let Err(e) = check_prefix(req, &id) {
+        return Some(Err(e));
+    }
+    let vs_ns = namespace.filter(|ns| !ns.is_empty());
+    let copy = CopyText::new(req, settings);
+
+    let size: usize = vs.spec.http.iter().map(FieldList::len_hint).sum();
+    let mut out = Vec::with_capacity(size * (1 + req.matches.len()) + 2);
+    out.push(b'[');
+    let mut index = 0usize;
+    for route in &vs.spec.http {
+        if as_str(route.get("name")).is_some_and(|n| n.starts_with(&req.route_prefix)) {
+            continue;
+        }
+        let targets = default_destinations(route.get("route"), req, vs_ns)?;
+        if !targets.is_empty() && !req.matches.is_empty() {
+            write_copies(&mut out, route, &targets, req, &copy, &mut index)?;
+        }
+        push_separator(&mut out);
+        write_fields(&mut out, route.last_values());
+        out.push(b'}');
+    }
+    out.push(b']');
+    Some(Ok(
+        String::from_utf8(out).expect("JSON text and serde_json output are UTF-8")
+    ))
+}
+
+/// Object fields to set: (key, JSON text of the value).
+type SetFields = Vec<(String, Vec<u8>)>;
+
+/// The parts of every copy that depend only on the request, as JSON text, worked out once.
+struct CopyText {
+    /// `"<route prefix>`: a copy's name without its index and closing quote.
+    name_start: Vec<u8>,
+    /// The response header and `"<unique name>"`.
+    header: (String, Vec<u8>),
+    /// `"<subset>"`.
+    subset: Vec<u8>,
+    /// Per istioMatch: its headers and source labels as (key, JSON value), a repeated key
+    /// only once with its last value.
+    matches: Vec<(SetFields, SetFields)>,
+}
+
+impl CopyText {
+    fn new(req: &RouteRequest, settings: &Settings) -> Self {
+        let json = |s: &str| serde_json::to_vec(s).expect("a string serializes");
+        let mut name_start = json(&req.route_prefix);
+        name_start.pop();
+        let last_wins = |items: SetFields| -> SetFields {
+            let mut out: SetFields = Vec::with_capacity(items.len());
+            for (k, v) in items {
+                match out.iter_mut().find(|(e, _)| *e == k) {
+                    Some(slot) => slot.1 = v,
+                    None => out.push((k, v)),
+                }
+            }
+            out
+        };
+        let matches = req
+            .matches
+            .iter()
+            .map(|m| {
+                let headers = m
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let (kind, v) = match &h.value {
+                            StringMatch::Exact(v) => ("{\"exact\":", v),
+                            StringMatch::Prefix(v) => ("{\"prefix\":", v),
+                            StringMatch::Regex(v) => ("{\"regex\":", v),
+                        };
+                        let mut text = kind.as_bytes().to_vec();
+                        text.extend_from_slice(&json(v));
+                        text.push(b'}');
+                        (h.name.clone(), text)
+                    })
+                    .collect();
+                let labels = m
+                    .source_labels
+                    .iter()
+                    .map(|l| (l.key.clone(), json(&l.value)))
+                    .collect();
+                (last_wins(headers), last_wins(labels))
+            })
+            .collect();
+        Self {
+            name_start,
+            header: (settings.response_header.clone(), json(&req.unique_name)),
+            subset: json(&req.subset),
+            matches,
+        }
+    }
+}
+
+/// The (host, default version) entries of a route's `route` list; empty when it has none or is
+/// not a list. `None`: an entry of another shape (left to the general path).
+fn default_destinations<'a>(
+    route: Option<&'a RawValue>,
+    req: &RouteRequest,
+    vs_ns: Option<&str>,
+) -> Option<Vec<FieldList<'a>>> {
+    let Some(route) = route.filter(|r| r.get().starts_with('[')) else {
+        return Some(Vec::new());
+    };
+    let entries = serde_json::from_str::<Vec<FieldList<'a>>>(route.get()).ok()?;
+    let mut targets = Vec::new();
+    for entry in entries {
+        let is_default = match entry.get("destination") {
+            Some(d) if d.get().starts_with('{') => serde_json::from_str::<FastTarget<'_>>(d.get())
+                .ok()?
+                .is_default(req, vs_ns),
+            _ => false,
+        };
+        if is_default {
+            targets.push(entry);
+        }
+    }
+    Some(targets)
+}
+
+/// A JSON object's fields: absent and `null` read as no fields; `None` for another type.
+fn object_or_empty(raw: Option<&RawValue>) -> Option<FieldList<'_>> {
+    match raw {
+        None => Some(FieldList(Vec::new())),
+        Some(r) if r.get() == "null" => Some(FieldList(Vec::new())),
+        Some(r) if r.get().starts_with('{') => serde_json::from_str(r.get()).ok(),
+        Some(_) => None,
+    }
+}
+
+/// Writes one copy of `route` per istioMatch (see the module documentation) to `out`, numbered
+/// from `index` on. What does not depend on the istioMatch is worked out once.
+fn write_copies(
+    out: &mut Vec<u8>,
+    route: &FieldList<'_>,
+    targets: &[FieldList<'_>],
+    req: &RouteRequest,
+    copy: &CopyText,
+    index: &mut usize,
+) -> Option<()> {
+    // The fields every copy keeps, then `route` and `headers`, as they are in every copy.
+    let mut common = Vec::with_capacity(256);
+    write_fields(
+        &mut common,
+        route
+            .last_values()
+            .filter(|(k, _)| !REWRITTEN.contains(&k.as_ref()) && k.as_ref() != "delegate"),
+    );
+    if !common.is_empty() {
+        common.push(b',');
+    }
+
+    // `route`: the targets to the subset, without weights, each once.
+    common.extend_from_slice(b"\"route\":[");
+    if let [target] = targets {
+        write_destination(&mut common, target, &copy.subset);
+    } else {
+        let mut written: Vec<Value> = Vec::with_capacity(targets.len());
+        for target in targets {
+            let mut text = Vec::new();
+            write_destination(&mut text, target, &copy.subset);
+            let value: Value = serde_json::from_slice(&text).ok()?;
+            if !written.contains(&value) {
+                if !written.is_empty() {
+                    common.push(b',');
+                }
+                common.extend_from_slice(&text);
+                written.push(value);
+            }
+        }
+    }
+    common.push(b']');
+
+    // `headers`: the route's, with the response header naming the clone.
+    let headers = object_or_empty(route.get("headers"))?;
+    let response = object_or_empty(headers.get("response"))?;
+    let add = object_or_empty(response.get("add"))?;
+    common.extend_from_slice(b",\"headers\":{");
+    let mut n = 0;
+    for (k, v) in headers
+        .last_values()
+        .filter(|(k, _)| k.as_ref() != "response")
+    {
+        comma(&mut common, &mut n);
+        write_field(&mut common, k, v.get());
+    }
+    comma(&mut common, &mut n);
+    common.extend_from_slice(b"\"response\":{");
+    let mut r = 0;
+    for (k, v) in response.last_values().filter(|(k, _)| k.as_ref() != "add") {
+        comma(&mut common, &mut r);
+        write_field(&mut common, k, v.get());
+    }
+    comma(&mut common, &mut r);
+    common.extend_from_slice(b"\"add\":");
+    write_merged(&mut common, &add, std::slice::from_ref(&copy.header));
+    common.extend_from_slice(b"}}");
+
+    // `match`: its entries, each extended per istioMatch below; one empty entry if none.
+    let entries: Vec<FieldList<'_>> = match route.get("match") {
+        None => Vec::new(),
+        Some(m) if m.get() == "null" => Vec::new(),
+        Some(m) => serde_json::from_str(m.get()).ok()?,
+    };
+    let empty = [FieldList(Vec::new())];
+    let entries: &[FieldList<'_>] = if entries.is_empty() { &empty } else { &entries };
+    let objects = |key: &str| -> Option<Vec<FieldList<'_>>> {
+        entries
+            .iter()
+            .map(|e| object_or_empty(e.get(key)))
+            .collect()
+    };
+    let (entry_headers, entry_labels) = (objects("headers")?, objects("sourceLabels")?);
+
+    for (m, (headers, labels)) in req.matches.iter().zip(&copy.matches) {
+        push_separator(out);
+        out.extend_from_slice(&common);
+        out.extend_from_slice(b",\"name\":");
+        out.extend_from_slice(&copy.name_start);
+        write!(out, "{index}").expect("writing to a Vec cannot fail");
+        out.push(b'"');
+        *index += 1;
+        out.extend_from_slice(b",\"match\":[");
+        for (e, entry) in entries.iter().enumerate() {
+            if e > 0 {
+                out.push(b',');
+            }
+            out.push(b'{');
+            let mut fields = 0usize;
+            for (k, v) in entry.last_values() {
+                let replaced = (k.as_ref() == "headers" && !m.headers.is_empty())
+                    || (k.as_ref() == "sourceLabels" && !m.source_labels.is_empty());
+                if !replaced {
+                    comma(out, &mut fields);
+                    write_field(out, k, v.get());
+                }
+            }
+            for (key, own, added) in [
+                ("headers", &entry_headers[e], headers),
+                ("sourceLabels", &entry_labels[e], labels),
+            ] {
+                if added.is_empty() {
+                    continue;
+                }
+                comma(out, &mut fields);
+                out.push(b'"');
+                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(b"\":");
+                write_merged(out, own, added);
+            }
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+    }
+    Some(())
+}
+
+/// Writes a `route[]` entry sent to the subset: without `weight`, `destination.subset` set.
+fn write_destination(out: &mut Vec<u8>, entry: &FieldList<'_>, subset: &[u8]) {
+    out.push(b'{');
+    let mut n = 0;
+    for (k, v) in entry.last_values() {
+        match k.as_ref() {
+            "weight" => {}
+            "destination" => {
+                comma(out, &mut n);
+                write_key(out, k);
+                out.extend_from_slice(b":{");
+                let dest: FieldList<'_> =
+                    serde_json::from_str(v.get()).expect("a target's destination is an object");
+                let mut d = 0;
+                for (k, v) in dest.last_values().filter(|(k, _)| k.as_ref() != "subset") {
+                    comma(out, &mut d);
+                    write_field(out, k, v.get());
+                }
+                comma(out, &mut d);
+                out.extend_from_slice(b"\"subset\":");
+                out.extend_from_slice(subset);
+                out.push(b'}');
+            }
+            _ => {
+                comma(out, &mut n);
+                write_field(out, k, v.get());
+            }
+        }
+    }
+    out.push(b'}');
+}
+
+/// Writes the object `existing` with `added` (keys unquoted, each once; values as JSON text) set
+/// in it, as inserting them one by one into the parsed object would.
+fn write_merged(out: &mut Vec<u8>, existing: &FieldList<'_>, added: &[(String, Vec<u8>)]) {
+    out.push(b'{');
+    let mut n = 0usize;
+    for (k, v) in existing.last_values() {
+        if added.iter().any(|(a, _)| a == k.as_ref()) {
+            continue;
+        }
+        comma(out, &mut n);
+        write_field(out, k, v.get());
+    }
+    for (k, v) in added {
+        comma(out, &mut n);
+        serde_json::to_writer(&mut *out, k).expect("a string serializes");
+        out.push(b':');
+        out.extend_from_slice(v);
+    }
+    out.push(b'}');
+}
+
+/// A comma before every item but the first; `count` counts the items written.
+fn comma(out: &mut Vec<u8>, count: &mut usize) {
+    if *count > 0 {
+        out.push(b',');
+    }
+    *count += 1;
+}
+
+/// Starts an array item: a comma unless it is the first, then `{`.
+fn push_separator(out: &mut Vec<u8>) {
+    if out.len() > 1 {
+        out.push(b',');
+    }
+    out.push(b'{');
+}
+
+/// Writes `"key":value,…` (no braces).
+fn write_fields<'v, 'k: 'v>(
+    out: &mut Vec<u8>,
+    fields: impl Iterator<Item = (&'v Key<'k>, &'v RawValue)>,
+) {
+    for (n, (key, value)) in fields.enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        write_field(out, key, value.get());
+    }
+}
+
+/// Writes `"key":value`, the value as JSON text.
+fn write_field(out: &mut Vec<u8>, key: &Key<'_>, value: &str) {
+    write_key(out, key);
+    out.push(b':');
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// Writes an object key as a JSON string. A key borrowed from the input had no escapes, so
+/// its text is written as it was; an unescaped one is escaped again.
+fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
+    match &key.0 {
+        Cow::Borrowed(k) => {
+            out.push(b'"');
+            out.extend_from_slice(k.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(k) => serde_json::to_writer(&mut *out, k).expect("a string serializes"),
+    }
+}
+
+/// The general path of [`rewrite_text`]: any JSON value, read field by field.
+fn rewrite_general(
     req: &RouteRequest,
     vs: &RawValue,
     settings: &Settings,
@@ -396,27 +843,14 @@ pub fn rewrite_json(
                 let Value::Object(copy) = copy else {
                     unreachable!("a copy is an object")
                 };
-                let mut item = vec![b'{'];
+                let mut item = Vec::new();
                 let kept = route_fields
                     .0
                     .iter()
                     .filter(|(k, _)| !REWRITTEN.contains(&k.as_ref()) && k.as_ref() != "delegate")
                     .map(|(k, v)| (k.as_ref(), Raw::Text(v)));
                 let rewritten = copy.iter().map(|(k, v)| (k.as_str(), Raw::Value(v)));
-                for (n, (key, value)) in kept.chain(rewritten).enumerate() {
-                    if n > 0 {
-                        item.push(b',');
-                    }
-                    serde_json::to_writer(&mut item, key).map_err(|e| e.to_string())?;
-                    item.push(b':');
-                    match value {
-                        Raw::Text(raw) => item.extend_from_slice(raw.get().as_bytes()),
-                        Raw::Value(v) => {
-                            serde_json::to_writer(&mut item, v).map_err(|e| e.to_string())?;
-                        }
-                    }
-                }
-                item.push(b'}');
+                write_object(&mut item, kept.chain(rewritten))?;
                 push_item(&mut out, &item);
             }
         }
@@ -424,6 +858,90 @@ pub fn rewrite_json(
     }
     out.push(b']');
     Ok(String::from_utf8(out).expect("JSON text and serde_json output are UTF-8"))
+}
+
+/// Writes the JSON object of `fields` to `out`.
+fn write_object<'v>(
+    out: &mut Vec<u8>,
+    fields: impl Iterator<Item = (&'v str, Raw<'v>)>,
+) -> Result<(), String> {
+    out.push(b'{');
+    for (n, (key, value)) in fields.enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key).map_err(|e| e.to_string())?;
+        out.push(b':');
+        match value {
+            Raw::Text(raw) => out.extend_from_slice(raw.get().as_bytes()),
+            Raw::Value(v) => serde_json::to_writer(&mut *out, v).map_err(|e| e.to_string())?,
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// The fields of a JSON object in document order, each value as its unparsed JSON text.
+struct FieldList<'a>(Vec<(Key<'a>, &'a RawValue)>);
+
+impl<'a> FieldList<'a> {
+    /// The value of `key`; the last one when the key repeats, as in a parsed tree.
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_ref() == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// The fields in document order, a repeated key only at its last occurrence.
+    fn last_values(&self) -> impl Iterator<Item = (&Key<'a>, &'a RawValue)> + '_ {
+        self.0.iter().enumerate().filter_map(|(i, (k, v))| {
+            let repeated = self.0[i + 1..].iter().any(|(later, _)| later == k);
+            (!repeated).then_some((k, *v))
+        })
+    }
+
+    /// About the length of the object's JSON text, for reserving output.
+    fn len_hint(&self) -> usize {
+        self.0
+            .iter()
+            .map(|(k, v)| k.as_ref().len() + v.get().len() + 4)
+            .sum()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for FieldList<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FieldList<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(8);
+                while let Some(entry) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                    fields.push(entry);
+                }
+                Ok(FieldList(fields))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
+}
+
+/// The string `raw` holds without copying it, if it is one.
+fn as_str<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
+    let text = raw.filter(|r| r.get().starts_with('"'))?.get();
+    match serde_json::from_str::<&str>(text) {
+        Ok(s) => Some(Cow::Borrowed(s)),
+        // Escapes: unescaped into a copy.
+        Err(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
+    }
 }
 
 /// The route fields a copy changes (besides `delegate`, which it drops).
@@ -1059,7 +1577,7 @@ mod tests {
 
     #[test]
     fn kept_routes_are_copied_as_their_text() {
-        // Key order and spacing as sent, which a parsed tree would not keep.
+        // Field values as sent (key order, spacing), which a parsed tree would not keep.
         let text = r#"{"metadata":{"namespace":"default","name":"reviews"},"spec":{"http":[
             {"route": [{"destination": {"subset": "v1", "host": "ratings"}}], "name": "other"},
             {"name":"main","route":[{"destination":{"host":"reviews","subset":"shared"}}]}
@@ -1068,7 +1586,7 @@ mod tests {
         let json = json.unwrap();
         assert!(
             json.starts_with(
-                r#"[{"route": [{"destination": {"subset": "v1", "host": "ratings"}}], "name": "other"},"#
+                r#"[{"route":[{"destination": {"subset": "v1", "host": "ratings"}}],"name":"other"},"#
             ),
             "{json}"
         );
@@ -1079,6 +1597,117 @@ mod tests {
         let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
         assert_eq!(parsed, tree.unwrap(), "the same routes as the tree path");
         assert_eq!(parsed.len(), 3);
+    }
+
+    /// VirtualServices of the usual shape, varied: routes with and without matches, headers,
+    /// weights, delegates, other destinations, escaped strings, earlier copies, repeated keys.
+    fn usual_shapes() -> Vec<String> {
+        let dests = [
+            json!([{"destination": {"host": "reviews", "subset": "shared", "port": {"number": 9080}}}]),
+            json!([{"destination": {"host": "reviews.default.svc.cluster.local", "subset": "shared"}, "weight": 70},
+                   {"destination": {"host": "reviews", "subset": "canary"}, "weight": 30}]),
+            json!([{"destination": {"host": "ratings", "subset": "shared"}}]),
+            json!([{"destination": {"host": "reviews.default", "subset": "shared"}, "headers": {"request": {"set": {"a": "b"}}}}]),
+            json!([]),
+            json!([{"destination": {"host": "reviews", "subset": "shared"}, "weight": 50},
+                   {"destination": {"host": "reviews", "subset": "shared"}, "weight": 50}]),
+            json!([{"destination": {"host": "reviews", "subset": "shared", "port": {"number": 1}}, "weight": 50},
+                   {"destination": {"subset": "shared", "host": "reviews.default.svc"}, "weight": 50}]),
+        ];
+        let mut out = Vec::new();
+        for n in 0..40usize {
+            let http: Vec<Value> = (0..(n % 7) + 1)
+                .map(|i| {
+                    let k = n + i;
+                    let mut r = json!({"route": dests[k % dests.len()].clone()});
+                    if k % 2 == 0 {
+                        r["name"] = json!(format!("route-{k}"));
+                    }
+                    if k % 3 == 0 {
+                        r["match"] = json!([{"uri": {"prefix": format!("/v{k}/")}}, {"headers": {"end-user": {"exact": "bob"}}}]);
+                    }
+                    if k % 6 == 1 {
+                        r["match"] = json!([{"headers": null, "sourceLabels": {"app": "web", "team": "a"}, "ignoreUriCase": true}]);
+                    }
+                    if k % 13 == 5 {
+                        r["match"] = Value::Null;
+                        r["headers"] = Value::Null;
+                    }
+                    if k % 4 == 1 {
+                        r["headers"] = json!({"response": {"add": {"x-old": "1"}, "remove": ["x-a"]}, "request": {"set": {"x-b": "c"}}});
+                    }
+                    if k % 8 == 3 {
+                        r["headers"] = json!({"response": {"add": {"x-dynamic-env": "stale", "x-k": "v"}}});
+                    }
+                    if k % 10 == 7 {
+                        r["headers"] = json!({"response": null, "request": {"add": {"x": "y"}}});
+                    }
+                    if k % 5 == 2 {
+                        r["delegate"] = json!({"name": "d", "namespace": "default"});
+                        r["timeout"] = json!("5s \u{e9} \"q\"");
+                    }
+                    if k % 11 == 3 {
+                        r["name"] = json!(format!("{PREFIX}{k}"));
+                    }
+                    r
+                })
+                .collect();
+            let mut vs = vs(Value::Array(http));
+            if n % 9 == 4 {
+                vs["metadata"]["labels"] = json!({"app": "reviews"});
+                vs["spec"]["gateways"] = json!(["mesh"]);
+            }
+            out.push(vs.to_string());
+        }
+        // Repeated keys of fields the rules do not read, and escapes in keys and values.
+        out.push(r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"timeout":"1s","timeout":"2s","route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#.into());
+        out.push(r#"{"metadata":{"name":"re\u0076iews","namespace":"default"},"spec":{"http":[{"ti\u006deout":"1s","name":"\u006dain","route":[{"destination":{"host":"re\u0076iews","subset":"shared"}}]}]}}"#.into());
+        out
+    }
+
+    #[test]
+    fn one_pass_and_general_paths_agree() {
+        let requests = [
+            req(vec![]),
+            req(vec![jason()]),
+            req(vec![IstioMatch {
+                headers: vec![
+                    header("x-a", StringMatch::Exact("1".into())),
+                    header("x-a", StringMatch::Regex("^2".into())),
+                ],
+                source_labels: vec![label("app", "x"), label("app", "y")],
+            }]),
+            req(vec![
+                jason(),
+                IstioMatch {
+                    headers: vec![header("x-team", StringMatch::Prefix("pay".into()))],
+                    source_labels: vec![label("app", "productpage")],
+                },
+            ]),
+        ];
+        let mut copied = 0;
+        for r in &requests {
+            for text in usual_shapes() {
+                let fast: FastVs<'_> = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{text} takes the one-pass path: {e}"));
+                let one_pass = rewrite_fast(r, &fast, &Settings::default())
+                    .unwrap_or_else(|| panic!("{text} stays on the one-pass path"))
+                    .unwrap();
+                let raw: &RawValue = serde_json::from_str(&text).unwrap();
+                let general = rewrite_general(r, raw, &Settings::default()).unwrap();
+                let one_pass: Vec<Value> = serde_json::from_str(&one_pass).unwrap();
+                let general: Vec<Value> = serde_json::from_str(&general).unwrap();
+                assert_eq!(one_pass, general, "{text}");
+                let tree = rewrite_tree(
+                    r,
+                    &serde_json::from_str(&text).unwrap(),
+                    &Settings::default(),
+                );
+                assert_eq!(one_pass, tree.unwrap(), "{text}");
+                copied += one_pass.len();
+            }
+        }
+        assert!(copied > 200, "the shapes produce copies: {copied} routes");
     }
 
     #[test]
