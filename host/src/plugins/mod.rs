@@ -310,6 +310,15 @@ pub struct RuntimeOptions {
 /// Largest linear memory a plugin can have when [`RuntimeOptions::pooling`] is on.
 pub const POOLING_MAX_MEMORY: usize = 1 << 30;
 
+/// Bytes at the start of each pooled linear memory and table that are reset in place after a
+/// call instead of being handed back to the kernel. With Linux's `PAGEMAP_SCAN` (6.7 and
+/// later, used when present) only the pages the call wrote are reset, so the next call in that
+/// slot takes no page faults on them: a fresh instance of a default plugin costs about 9 µs
+/// instead of about 38 µs (`cargo bench --bench plugins`). Older kernels reset the whole
+/// prefix with `memset`. Each memory slot of the pool keeps at most this much resident; the
+/// default plugins write a few hundred KiB per call.
+pub const POOLING_KEEP_RESIDENT: usize = 4 << 20;
+
 /// Pool sizes for `max_concurrent_calls`: the calls behind the semaphore, plus the `info` and
 /// `validate-settings` calls of loads (one at a time), with room for components made of
 /// several core modules (a Rust component has about five, other languages more) and for
@@ -323,7 +332,10 @@ fn pooling_config(max_concurrent_calls: usize) -> wasmtime::PoolingAllocationCon
         .total_tables(slots.saturating_mul(16))
         .max_tables_per_module(4)
         .table_elements(100_000)
-        .max_memory_size(POOLING_MAX_MEMORY);
+        .max_memory_size(POOLING_MAX_MEMORY)
+        .linear_memory_keep_resident(POOLING_KEEP_RESIDENT)
+        .table_keep_resident(POOLING_KEEP_RESIDENT)
+        .pagemap_scan(wasmtime::Enabled::Auto);
     pool
 }
 
