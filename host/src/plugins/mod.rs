@@ -307,6 +307,10 @@ pub struct RuntimeOptions {
     pub pooling: bool,
 }
 
+/// Environment variable that, set to `1`, makes the runtime write `/tmp/perf-<pid>.map`, so that
+/// `perf record`/`perf report` name the functions of plugins (docs/plugins.md, "Profiling").
+pub const PERFMAP_ENV: &str = "WASMOP_PLUGIN_PERFMAP";
+
 /// Largest linear memory a plugin can have when [`RuntimeOptions::pooling`] is on.
 pub const POOLING_MAX_MEMORY: usize = 1 << 30;
 
@@ -379,6 +383,10 @@ impl PluginRuntime {
             .wasm_component_model(true)
             .epoch_interruption(true)
             .max_wasm_stack(1 << 20);
+        // For profiling plugins with `perf`: /tmp/perf-<pid>.map names their functions.
+        if std::env::var_os(PERFMAP_ENV).is_some_and(|v| v == "1") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = if opts.pooling {
             let mut pooled = config.clone();
             pooled.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
