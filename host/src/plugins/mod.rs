@@ -846,7 +846,12 @@ impl Plugin {
         self: &Arc<Self>,
         request: RouteRequest,
     ) -> Result<RouteResponse, CallError> {
-        let (response, _) = self.route_parsed(request).await?;
+        let response = self.route_unchecked(request).await?;
+        // One validating pass without building the routes (the controller builds them in
+        // `route_parsed`, which needs them).
+        if serde_json::from_str::<Vec<AnyObject>>(&response.http).is_err() {
+            return Err(self.fail(routes_failure(&response.http)));
+        }
         Ok(response)
     }
 
@@ -858,29 +863,31 @@ impl Plugin {
         self: &Arc<Self>,
         request: RouteRequest,
     ) -> Result<(RouteResponse, Vec<serde_json::Value>), CallError> {
-        self.expect_hook(Hook::Routing)?;
-        let settings = self.settings_json.clone();
-        let response: RouteResponse = self
-            .call(move |store, pre| match pre {
-                WorldPre::Router(p) => p
-                    .instantiate(&mut *store)?
-                    .call_route(store, &settings, &request),
-                _ => unreachable!("hook checked"),
-            })
-            .await?;
+        let response = self.route_unchecked(request).await?;
         match serde_json::from_str::<serde_json::Value>(&response.http) {
             Ok(serde_json::Value::Array(items))
                 if items.iter().all(serde_json::Value::is_object) =>
             {
                 Ok((response, items))
             }
-            Ok(_) => Err(self.fail(Failure::InvalidOutput(
-                "route: `http` must be a JSON array of HTTPRoute objects".into(),
-            ))),
-            Err(e) => Err(self.fail(Failure::InvalidOutput(format!(
-                "route: `http` is not JSON: {e}"
-            )))),
+            _ => Err(self.fail(routes_failure(&response.http))),
         }
+    }
+
+    /// The routing call itself, its output not checked yet.
+    async fn route_unchecked(
+        self: &Arc<Self>,
+        request: RouteRequest,
+    ) -> Result<RouteResponse, CallError> {
+        self.expect_hook(Hook::Routing)?;
+        let settings = self.settings_json.clone();
+        self.call(move |store, pre| match pre {
+            WorldPre::Router(p) => p
+                .instantiate(&mut *store)?
+                .call_route(store, &settings, &request),
+            _ => unreachable!("hook checked"),
+        })
+        .await
     }
 
     /// Scaling hook: the vote of one trigger.
@@ -1009,5 +1016,41 @@ impl OutputSize for Vec<PodDecision> {
 impl OutputSize for StateDecision {
     fn output_size(&self) -> usize {
         self.reason.len()
+    }
+}
+
+/// Why a routing plugin's `http` is not a JSON array of objects.
+fn routes_failure(http: &str) -> Failure {
+    match serde_json::from_str::<serde::de::IgnoredAny>(http) {
+        Ok(_) => {
+            Failure::InvalidOutput("route: `http` must be a JSON array of HTTPRoute objects".into())
+        }
+        Err(e) => Failure::InvalidOutput(format!("route: `http` is not JSON: {e}")),
+    }
+}
+
+/// Any JSON object, read and dropped: checks a value's type without building it.
+struct AnyObject;
+
+impl<'de> serde::Deserialize<'de> for AnyObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = AnyObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(AnyObject)
+            }
+        }
+        d.deserialize_map(Visitor)
     }
 }
