@@ -19,6 +19,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use futures::FutureExt as _;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -103,10 +104,10 @@ impl Resolver {
             };
             let _ = stream.set_nodelay(true);
             let this = self.clone();
-            let service = service_fn(move |req| {
-                let this = this.clone();
-                async move { Ok::<_, Infallible>(this.handle(req, peer).await) }
-            });
+            // The handler's future as it is (no async block around it, which would keep a
+            // second copy of the request): it is the state of a held request.
+            let service =
+                service_fn(move |req| this.clone().handle(req, peer).map(Ok::<_, Infallible>));
             let (builders, watcher, mut stopped) =
                 (builders.clone(), graceful.watcher(), stopped.clone());
             tokio::spawn(async move {
