@@ -18,6 +18,11 @@
 //!    straight to a backend and through the resolver to the same backend, in the same run:
 //!    p50, p99 and mean per request, and the ratio resolver/direct.
 //!
+//! The benchmark links the `wasmop` library and so runs on the `wasmop` binary's allocator:
+//! jemalloc, with the options of `.cargo/config.toml` (host/src/lib.rs). Resident memory
+//! depends on it: jemalloc leaves the untouched pages of a held connection's buffers out of
+//! RSS and returns freed pages at once, so section 2b does not start on what 2a left behind.
+//!
 //! Run with `cargo bench -p wasmop --bench resolver` (about half a minute once built). Every
 //! address is on 127.0.0.0/8; loops are bounded in count and time. Figures depend on the
 //! machine and on whatever else runs on it; the header prints the CPU count and load.

@@ -562,3 +562,130 @@ async fn readiness_waits_for_the_first_listing() {
     resolver.catalog().mark_synced();
     assert_eq!(ready(&resolver).await, 200);
 }
+
+/// A raw connection to the resolver at `addr`.
+async fn raw(addr: SocketAddr) -> tokio::net::TcpStream {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+/// Reads until `done` holds for what was read, or the peer closes; bounded by [`WAIT`].
+async fn read_until(stream: &mut tokio::net::TcpStream, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(WAIT, async {
+        while !done(&seen) {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the resolver answers or closes in time");
+    seen
+}
+
+#[tokio::test]
+async fn the_protocol_is_told_by_the_first_bytes_even_when_they_come_in_pieces() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start("pieces", config()).await;
+    h.add_service("web", json!({}), json!({}));
+    h.make_ready("web", backend().await);
+
+    // HTTP/1.1 whose first segment is a single byte.
+    let mut stream = raw(h.addr).await;
+    stream.write_all(b"G").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let rest = format!("ET / HTTP/1.1\r\nhost: {}\r\n\r\n", h.host("web"));
+    stream.write_all(rest.as_bytes()).await.unwrap();
+    let answer = read_until(&mut stream, |seen| seen.ends_with(HELLO.as_bytes())).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+
+    // The h2c preface in two segments, then an empty SETTINGS frame: the resolver answers
+    // with its own SETTINGS frame (type 4 on stream 0), as an HTTP/2 server does.
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut stream = raw(h.addr).await;
+    stream.write_all(&preface[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stream.write_all(&preface[10..]).await.unwrap();
+    stream
+        .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    let frame = read_until(&mut stream, |seen| seen.len() >= 9).await;
+    assert!(frame.len() >= 9, "no frame: {frame:?}");
+    assert_eq!(
+        (frame[3], &frame[5..9]),
+        (4, &[0u8, 0, 0, 0][..]),
+        "{frame:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_while_held_leaves_the_queue() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start("gone-client", config()).await;
+    h.add_service("web", json!({}), json!({}));
+    let mut stream = raw(h.addr).await;
+    let request = format!("GET / HTTP/1.1\r\nhost: {}\r\n\r\n", h.host("web"));
+    stream.write_all(request.as_bytes()).await.unwrap();
+    h.wait_held("web", 1).await;
+    drop(stream);
+    h.wait_held("web", 0).await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_idle_connections_at_once_and_lets_held_requests_finish() {
+    use tokio::io::AsyncReadExt;
+    let catalog = Catalog::new();
+    catalog.mark_synced();
+    let resolver = Resolver::new(config(), catalog, Arc::new(RecordedDemand::default()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = resolver.clone();
+    let grace = Duration::from_secs(30);
+    let served = tokio::spawn(async move {
+        serving
+            .serve(
+                listener,
+                async {
+                    let _ = stopped.await;
+                },
+                grace,
+            )
+            .await
+    });
+    let h = Harness {
+        ns: "shutdown".into(),
+        addr,
+        resolver,
+        demand: Arc::new(RecordedDemand::default()),
+    };
+    h.add_service("web", json!({}), json!({}));
+    let mut idle = raw(addr).await;
+    let held = h.spawn_get("web", "/");
+    h.wait_held("web", 1).await;
+
+    stop.send(()).unwrap();
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(WAIT, idle.read(&mut byte))
+        .await
+        .expect("the idle connection is closed at once");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    assert!(h.resolver.is_stopping());
+    assert!(!held.is_finished(), "the held request is still held");
+
+    h.make_ready("web", backend().await);
+    let (status, _, body) = tokio::time::timeout(WAIT, held).await.unwrap().unwrap();
+    assert_eq!((status, body.as_str()), (StatusCode::OK, HELLO));
+    tokio::time::timeout(WAIT, served)
+        .await
+        .expect("serve returns once the last connection has finished, well within the grace")
+        .unwrap()
+        .unwrap();
+}

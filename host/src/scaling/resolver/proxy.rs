@@ -185,7 +185,12 @@ impl Resolver {
     }
 
     /// Answers one request from `peer`.
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    ///
+    /// The future owns the resolver handle, so that it is the only one to own the request:
+    /// while a request is held, its future is its whole state, and only the waiting part of
+    /// [`Resolver::hold`] adds to it. Forwarding is boxed, so a held request does not carry
+    /// its state until it is released.
+    pub async fn handle(self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let arrived = Instant::now();
         let arrived_at = SystemTime::now();
         let parsed = match parse_host(self.host_of(&req).unwrap_or("")) {
@@ -224,8 +229,13 @@ impl Resolver {
             metrics::probe(&target.namespace, &target.service);
             return local(status, body);
         }
-        self.hold(req, parsed, route, peer, arrived, arrived_at)
-            .await
+        match self.hold(&parsed.target, &route, arrived, arrived_at).await {
+            // Boxed: a held request's future stays small until it is forwarded.
+            Ok((route, slot)) => {
+                Box::pin(self.forward(req, &parsed, &route, peer, Some((arrived, slot)))).await
+            }
+            Err(answer) => answer,
+        }
     }
 
     /// 503 with `Retry-After`.
@@ -238,26 +248,26 @@ impl Resolver {
         response
     }
 
+    /// Holds a request for `target` until it has a ready endpoint, then waits for a release
+    /// slot: the route to forward to and the slot, or the answer when it is not forwarded
+    /// (queue full, timeout, service gone).
     async fn hold(
         &self,
-        req: Request<Incoming>,
-        parsed: ParsedHost,
-        route: Route,
-        peer: SocketAddr,
+        target: &Target,
+        route: &Route,
         arrived: Instant,
         arrived_at: SystemTime,
-    ) -> Response<ProxyBody> {
+    ) -> Result<(Route, OwnedSemaphorePermit), Response<ProxyBody>> {
         let shared = &self.shared;
-        let target = &parsed.target;
         let (ns, svc) = (target.namespace.as_str(), target.service.as_str());
         let admitted = match shared.queues.admit(ns, svc, arrived_at) {
             Ok(a) => a,
             Err(full) => {
                 metrics::rejected(ns, svc, "queue_full");
-                return self.retry_later(format!(
+                return Err(self.retry_later(format!(
                     "{} requests are already held for {target} while it scales up from zero (--queue-size); retry later",
                     full.held
-                ));
+                )));
             }
         };
         let queue = admitted.held.queue().clone();
@@ -285,9 +295,9 @@ impl Resolver {
                 }
                 _ => {
                     metrics::rejected(ns, svc, "gone");
-                    return self.retry_later(format!(
+                    return Err(self.retry_later(format!(
                         "the ElasticService or Service of {target} was removed while the request was held; retry"
-                    ));
+                    )));
                 }
             }
             tokio::select! {
@@ -299,20 +309,19 @@ impl Resolver {
                 },
                 () = tokio::time::sleep_until(deadline) => {
                     metrics::rejected(ns, svc, "timeout");
-                    return text(
+                    return Err(text(
                         StatusCode::GATEWAY_TIMEOUT,
                         format!(
                             "{target} had no ready endpoint within {:?} (--timeout) of the request's arrival; it was held and not forwarded",
                             shared.config.timeout
                         ),
-                    );
+                    ));
                 }
             }
         };
-        let permit = queue.release().await;
+        let slot = queue.release().await;
         drop(admitted.held);
-        // Boxed: a held request's future stays small until it is forwarded.
-        Box::pin(self.forward(req, &parsed, &route, peer, Some((arrived, permit)))).await
+        Ok((route, slot))
     }
 
     async fn forward(
