@@ -18,10 +18,11 @@
 //!    straight to a backend and through the resolver to the same backend, in the same run:
 //!    p50, p99 and mean per request, and the ratio resolver/direct.
 //!
-//! The benchmark links the `wasmop` library and so runs on the `wasmop` binary's allocator:
-//! jemalloc, with the options of `.cargo/config.toml` (host/src/lib.rs). Resident memory
-//! depends on it: jemalloc leaves the untouched pages of a held connection's buffers out of
-//! RSS and returns freed pages at once, so section 2b does not start on what 2a left behind.
+//! The benchmark links the `wasmop` library and so runs on the `wasmop` binary's allocator,
+//! jemalloc, and it starts itself again under the options `wasmop resolver` runs with
+//! (`wasmop::alloc`), as the resolver does. Resident memory depends on both: jemalloc leaves
+//! the untouched pages of a held connection's buffers out of RSS, and the resolver's options
+//! return freed pages at once, so section 2b does not start on what 2a left behind.
 //!
 //! Run with `cargo bench -p wasmop --bench resolver` (about half a minute once built). Every
 //! address is on 127.0.0.0/8; loops are bounded in count and time. Figures depend on the
@@ -73,6 +74,9 @@ const CHILD_H2C_ENV: &str = "WASMOP_BENCH_H2C";
 const NS: &str = "bench";
 
 fn main() {
+    if let Err(e) = wasmop::alloc::reexec_with_resolver_options() {
+        panic!("cannot start again with the resolver's allocator options: {e}");
+    }
     if let Ok(resolver) = std::env::var(CHILD_ENV) {
         let h2c = std::env::var(CHILD_H2C_ENV).is_ok_and(|v| v == "1");
         child::main(resolver.parse().expect("the resolver's address"), h2c);

@@ -76,6 +76,14 @@ pub enum PluginCommand {
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Resolver(_))
+        && let Err(e) = crate::alloc::reexec_with_resolver_options()
+    {
+        eprintln!(
+            "warning: cannot start again with the resolver's allocator options ({e}); \
+             going on with the defaults (freed memory returns to the OS more slowly)"
+        );
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),

@@ -161,6 +161,16 @@ async fn a_burst_held_at_zero_signals_demand_and_every_request_reaches_the_pod()
         let mut args = vec!["--demand-interval", "1s"];
         args.extend(DIAL_MAP);
         let resolver = ResolverProcess::start(BIN, &ns, &args).await;
+        // It started itself again (same process id) under the resolver's allocator options.
+        let options = format!(
+            "{}={}",
+            wasmop::alloc::MALLOC_CONF_ENV,
+            wasmop::alloc::RESOLVER_MALLOC_CONF
+        );
+        assert!(
+            resolver.environment().contains(&options),
+            "the resolver runs without {options}"
+        );
         let probe = json!({"probeResponse": [{"match": {"path": {"type": "Exact", "value": "/known"}},
                                               "response": {"status": 204}}]});
         workload(&client, &ns, "web", 0, probe).await;

@@ -83,6 +83,19 @@ impl ResolverProcess {
         }
     }
 
+    /// The environment the process runs with now (`/proc/PID/environ`), as `NAME=value`.
+    ///
+    /// # Panics
+    /// When it cannot be read.
+    pub fn environment(&self) -> Vec<String> {
+        std::fs::read(format!("/proc/{}/environ", self.process.id()))
+            .expect("the resolver's environment")
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect()
+    }
+
     /// Its `/metrics` text (empty when it does not answer).
     pub fn metrics(&self) -> String {
         http_get(&self.admin, "/metrics").map_or_else(String::new, |(_, body)| body)
