@@ -220,83 +220,87 @@ impl<'de> Deserialize<'de> for QuantityText<'de> {
     }
 }
 
-/// Implements `Deserialize` for a lenient object reader: an object starts as `$init` and `$body`
-/// reads each of its entries into it; any other JSON type reads as `$ty::default()`.
-macro_rules! lenient_object {
-    ($ty:ident, $what:literal, $init:expr, |$map:ident, $out:ident, $key:ident| $body:block) => {
-        impl<'de> Deserialize<'de> for $ty<'de> {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = $ty<'de>;
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str($what)
-                    }
-                    fn visit_map<A: MapAccess<'de>>(
-                        self,
-                        mut $map: A,
-                    ) -> Result<Self::Value, A::Error> {
-                        let mut $out: $ty<'de> = $init;
-                        while let Some(Key($key)) = $map.next_key::<Key<'de>>()? {
-                            $body
-                        }
-                        Ok($out)
-                    }
-                    other_types_read_as_default!(scalars str seq);
-                }
-                d.deserialize_any(V)
-            }
-        }
-    };
+/// What reads an object's entries into itself, one key at a time (see [`Object`]).
+trait Fields<'de>: Default {
+    /// What the object is, for serde's messages.
+    const WHAT: &'static str;
+    /// Reads the value of `key` (every entry, including ones it skips).
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
 }
 
-/// `metadata`: `None` when it is not an object.
-#[derive(Default)]
-struct Metadata<'a>(Option<MetadataFields<'a>>);
+/// `Some` for a JSON object, read by `T`; `None` for any other JSON type.
+struct Object<T>(Option<T>);
 
+impl<T> Default for Object<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<'de, T: Fields<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Fields<'de>> Visitor<'de> for V<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(T::WHAT)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = T::default();
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    out.read(&key, &mut map)?;
+                }
+                Ok(Object(Some(out)))
+            }
+            other_types_read_as_default!(scalars str seq);
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Skips the value of the entry being read.
+fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<IgnoredAny>().map(drop)
+}
+
+/// `metadata`.
 #[derive(Default)]
-struct MetadataFields<'a> {
+struct Metadata<'a> {
     namespace: Option<Cow<'a, str>>,
     creation_timestamp: Option<Cow<'a, str>>,
     annotations: [Option<Cow<'a, str>>; 7],
 }
 
-lenient_object!(
-    Metadata,
-    "pod metadata",
-    Metadata(Some(MetadataFields::default())),
-    |map, out, key| {
-        let Some(fields) = out.0.as_mut() else {
-            unreachable!("an object's metadata starts as Some")
-        };
-        match key.as_ref() {
-            "namespace" => fields.namespace = map.next_value::<Text<'de>>()?.0,
-            "creationTimestamp" => fields.creation_timestamp = map.next_value::<Text<'de>>()?.0,
-            "annotations" => fields.annotations = map.next_value::<Annotations<'de>>()?.0,
-            _ => {
-                map.next_value::<IgnoredAny>()?;
+impl<'de> Fields<'de> for Metadata<'de> {
+    const WHAT: &'static str = "pod metadata";
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "namespace" => self.namespace = map.next_value::<Text<'de>>()?.0,
+            "creationTimestamp" => self.creation_timestamp = map.next_value::<Text<'de>>()?.0,
+            "annotations" => {
+                let annotations = map.next_value::<Object<Annotations<'de>>>()?.0;
+                self.annotations = annotations.unwrap_or_default().0;
             }
+            _ => skip(map)?,
         }
+        Ok(())
     }
-);
+}
 
 /// `metadata.annotations`: the string values of [`ANNOTATIONS`].
 #[derive(Default)]
 struct Annotations<'a>([Option<Cow<'a, str>>; 7]);
 
-lenient_object!(
-    Annotations,
-    "pod annotations",
-    Annotations::default(),
-    |map, out, key| {
-        match ANNOTATIONS.iter().position(|k| *k == key.as_ref()) {
-            Some(slot) => out.0[slot] = map.next_value::<Text<'de>>()?.0,
-            None => {
-                map.next_value::<IgnoredAny>()?;
-            }
+impl<'de> Fields<'de> for Annotations<'de> {
+    const WHAT: &'static str = "pod annotations";
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match ANNOTATIONS.iter().position(|k| *k == key) {
+            Some(slot) => self.0[slot] = map.next_value::<Text<'de>>()?.0,
+            None => skip(map)?,
         }
+        Ok(())
     }
-);
+}
 
 /// `spec`: its containers and init containers.
 #[derive(Default)]
@@ -305,15 +309,17 @@ struct Spec<'a> {
     init_containers: Vec<ContainerView<'a>>,
 }
 
-lenient_object!(Spec, "pod spec", Spec::default(), |map, out, key| {
-    match key.as_ref() {
-        "containers" => out.containers = map.next_value::<Containers<'de>>()?.0,
-        "initContainers" => out.init_containers = map.next_value::<Containers<'de>>()?.0,
-        _ => {
-            map.next_value::<IgnoredAny>()?;
+impl<'de> Fields<'de> for Spec<'de> {
+    const WHAT: &'static str = "pod spec";
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "containers" => self.containers = map.next_value::<Containers<'de>>()?.0,
+            "initContainers" => self.init_containers = map.next_value::<Containers<'de>>()?.0,
+            _ => skip(map)?,
         }
+        Ok(())
     }
-});
+}
 
 /// A list of containers: the entries that are objects.
 #[derive(Default)]
@@ -329,7 +335,7 @@ impl<'de> Deserialize<'de> for Containers<'de> {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(2));
-                while let Some(c) = seq.next_element::<Container<'de>>()? {
+                while let Some(c) = seq.next_element::<Object<ContainerView<'de>>>()? {
                     out.extend(c.0);
                 }
                 Ok(Containers(out))
@@ -340,70 +346,57 @@ impl<'de> Deserialize<'de> for Containers<'de> {
     }
 }
 
-/// One container: `None` when it is not an object.
-#[derive(Default)]
-struct Container<'a>(Option<ContainerView<'a>>);
-
-lenient_object!(
-    Container,
-    "a container",
-    Container(Some(ContainerView::default())),
-    |map, out, key| {
-        let Some(c) = out.0.as_mut() else {
-            unreachable!("an object's container starts as Some")
-        };
-        match key.as_ref() {
-            "name" => c.name = map.next_value::<Text<'de>>()?.0,
-            "image" => c.image = map.next_value::<Text<'de>>()?.0,
-            "resources" => c.resources = map.next_value::<Resources<'de>>()?.0,
-            _ => {
-                map.next_value::<IgnoredAny>()?;
+impl<'de> Fields<'de> for ContainerView<'de> {
+    const WHAT: &'static str = "a container";
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "name" => self.name = map.next_value::<Text<'de>>()?.0,
+            "image" => self.image = map.next_value::<Text<'de>>()?.0,
+            "resources" => {
+                let resources = map.next_value::<Object<Resources<'de>>>()?.0;
+                self.resources = resources.unwrap_or_default().0;
             }
+            _ => skip(map)?,
         }
+        Ok(())
     }
-);
+}
 
 /// `resources`: requests and limits of cpu and memory.
 #[derive(Default)]
 struct Resources<'a>([Option<Cow<'a, str>>; 4]);
 
-lenient_object!(
-    Resources,
-    "container resources",
-    Resources::default(),
-    |map, out, key| {
-        let at = match key.as_ref() {
+impl<'de> Fields<'de> for Resources<'de> {
+    const WHAT: &'static str = "container resources";
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let at = match key {
             "requests" => 0,
             "limits" => 2,
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
+            _ => return skip(map),
         };
-        let [cpu, memory] = map.next_value::<CpuMemory<'de>>()?.0;
-        out.0[at] = cpu;
-        out.0[at + 1] = memory;
+        let values = map.next_value::<Object<CpuMemory<'de>>>()?.0;
+        let [cpu, memory] = values.unwrap_or_default().0;
+        self.0[at] = cpu;
+        self.0[at + 1] = memory;
+        Ok(())
     }
-);
+}
 
 /// `requests` or `limits`: cpu and memory.
 #[derive(Default)]
 struct CpuMemory<'a>([Option<Cow<'a, str>>; 2]);
 
-lenient_object!(
-    CpuMemory,
-    "resource values",
-    CpuMemory::default(),
-    |map, out, key| {
-        match key.as_ref() {
-            "cpu" => out.0[0] = map.next_value::<QuantityText<'de>>()?.0,
-            "memory" => out.0[1] = map.next_value::<QuantityText<'de>>()?.0,
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
+impl<'de> Fields<'de> for CpuMemory<'de> {
+    const WHAT: &'static str = "resource values";
+    fn read<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "cpu" => self.0[0] = map.next_value::<QuantityText<'de>>()?.0,
+            "memory" => self.0[1] = map.next_value::<QuantityText<'de>>()?.0,
+            _ => skip(map)?,
         }
+        Ok(())
     }
-);
+}
 
 impl<'de> Deserialize<'de> for PodView<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -414,18 +407,17 @@ impl<'de> Deserialize<'de> for PodView<'de> {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut metadata = Metadata::default();
-                let mut spec = Spec::default();
+                let mut metadata = None;
+                let mut spec = None;
                 while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     match key.as_ref() {
-                        "metadata" => metadata = map.next_value()?,
-                        "spec" => spec = map.next_value()?,
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
+                        "metadata" => metadata = map.next_value::<Object<Metadata<'de>>>()?.0,
+                        "spec" => spec = map.next_value::<Object<Spec<'de>>>()?.0,
+                        _ => skip(&mut map)?,
                     }
                 }
-                let Some(m) = metadata.0 else {
+                let spec = spec.unwrap_or_default();
+                let Some(m) = metadata else {
                     return Ok(PodView {
                         shape: Shape::NoMetadata,
                         ..PodView::default()
