@@ -37,8 +37,7 @@
 mod component;
 
 use serde::{Deserialize, Serialize};
-use std::borrow::{Borrow, Cow};
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 use std::io::Write as _;
 
 use serde_json::value::RawValue;
@@ -786,7 +785,7 @@ fn rewrite_general(
         .as_ref()
         .and_then(|t| t.get("metadata"))
         .and_then(fields);
-    let text = |key: &str| meta.as_ref().and_then(|m| as_string(m.get(key)));
+    let text = |key: &str| meta.as_ref().and_then(|m| as_str(m.get(key)));
     let (name, namespace) = (text("name"), text("namespace"));
     let id = format!(
         "{}/{}",
@@ -821,7 +820,7 @@ fn rewrite_general(
             push_item(&mut out, route.get().as_bytes());
             continue;
         };
-        if as_string(route_fields.get("name")).is_some_and(|n| n.starts_with(&req.route_prefix)) {
+        if as_str(route_fields.get("name")).is_some_and(|n| n.starts_with(&req.route_prefix)) {
             continue;
         }
         let has_target = route_fields
@@ -845,8 +844,7 @@ fn rewrite_general(
                 };
                 let mut item = Vec::new();
                 let kept = route_fields
-                    .0
-                    .iter()
+                    .last_values()
                     .filter(|(k, _)| !REWRITTEN.contains(&k.as_ref()) && k.as_ref() != "delegate")
                     .map(|(k, v)| (k.as_ref(), Raw::Text(v)));
                 let rewritten = copy.iter().map(|(k, v)| (k.as_str(), Raw::Value(v)));
@@ -961,27 +959,9 @@ fn push_item(out: &mut Vec<u8>, item: &[u8]) {
     out.extend_from_slice(item);
 }
 
-/// The fields of a JSON object as unparsed JSON text, by key; a repeated key keeps its last
-/// value, as in a parsed tree.
-#[derive(Deserialize)]
-#[serde(transparent)]
-struct Fields<'a>(#[serde(borrow)] BTreeMap<Key<'a>, &'a RawValue>);
-
-impl Fields<'_> {
-    fn get(&self, key: &str) -> Option<&RawValue> {
-        self.0.get(key).copied()
-    }
-}
-
 /// An object key, borrowed from the JSON text unless it has escapes.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+#[derive(PartialEq, Eq)]
 struct Key<'a>(Cow<'a, str>);
-
-impl Borrow<str> for Key<'_> {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
 
 impl AsRef<str> for Key<'_> {
     fn as_ref(&self) -> &str {
@@ -1012,17 +992,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
 }
 
 /// The fields of `raw` when it is an object.
-fn fields(raw: &RawValue) -> Option<Fields<'_>> {
+fn fields(raw: &RawValue) -> Option<FieldList<'_>> {
     raw.get()
         .starts_with('{')
         .then(|| serde_json::from_str(raw.get()).ok())
         .flatten()
-}
-
-/// The string `raw` holds, if it is one.
-fn as_string(raw: Option<&RawValue>) -> Option<String> {
-    raw.filter(|r| r.get().starts_with('"'))
-        .and_then(|r| serde_json::from_str(r.get()).ok())
 }
 
 /// Rejects a route prefix that could match routes of other subsets.
