@@ -356,13 +356,10 @@ pub fn validate_settings(settings: &str) -> Result<Settings, Error> {
 /// Not valid JSON, or not an array.
 pub fn parse_pods(json: &str) -> Result<Vec<PodView<'_>>, Error> {
     serde_json::from_str::<Vec<PodView<'_>>>(json).map_err(|e| {
-        match serde_json::from_str::<serde::de::IgnoredAny>(json) {
-            Ok(_) => Error::at(
+        match serde_json::from_str::<Value>(json) {
+            Ok(other) => Error::at(
                 "pods",
-                format!(
-                    "expected a JSON array of pods, got {}",
-                    serde_json::from_str::<Value>(json).map_or("another value", |v| kind_of(&v))
-                ),
+                format!("expected a JSON array of pods, got {}", kind_of(&other)),
             ),
             Err(_) => Error::at("pods", format!("not valid JSON: {e}")),
         }
