@@ -598,7 +598,6 @@ async fn the_protocol_is_told_by_the_first_bytes_even_when_they_come_in_pieces()
     // HTTP/1.1 whose first segment is a single byte.
     let mut stream = raw(h.addr).await;
     stream.write_all(b"G").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let rest = format!("ET / HTTP/1.1\r\nhost: {}\r\n\r\n", h.host("web"));
     stream.write_all(rest.as_bytes()).await.unwrap();
     let answer = read_until(&mut stream, |seen| seen.ends_with(HELLO.as_bytes())).await;
@@ -610,7 +609,6 @@ async fn the_protocol_is_told_by_the_first_bytes_even_when_they_come_in_pieces()
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let mut stream = raw(h.addr).await;
     stream.write_all(&preface[..10]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
     stream.write_all(&preface[10..]).await.unwrap();
     stream
         .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])

@@ -196,3 +196,47 @@ pub async fn bind(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
         .await
         .with_context(|| format!("cannot listen on {addr} ({flag})"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{H2_PREFACE, Sniffed, sniff};
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A connected pair on loopback: (client, server side).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn the_first_bytes_so_far_tell_the_protocol_and_stay_unread() {
+        let (mut client, server) = pair().await;
+        client.write_all(b"G").await.unwrap();
+        assert_eq!(sniff(&server).await.unwrap(), Sniffed::Http1);
+
+        let (mut client, server) = pair().await;
+        client.write_all(&H2_PREFACE[..10]).await.unwrap();
+        assert_eq!(sniff(&server).await.unwrap(), Sniffed::MaybeH2);
+        client.write_all(&H2_PREFACE[10..]).await.unwrap();
+        let mut all = [0u8; 24];
+        let mut read = 0;
+        while read < all.len() {
+            server.readable().await.unwrap();
+            match server.try_read(&mut all[read..]) {
+                Ok(n) => read += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(&all, H2_PREFACE, "peeking consumed nothing");
+
+        let (client, server) = pair().await;
+        drop(client);
+        assert_eq!(sniff(&server).await.unwrap(), Sniffed::Closed);
+    }
+}
