@@ -145,7 +145,8 @@ pub struct Sample {
 
 /// Polls `/health/ready?checkifreadonly=true` of several instances every 50 ms on a thread.
 pub struct HealthWatch {
-    stop: Arc<AtomicBool>,
+    /// Dropping it ends the sampling at once.
+    stop: Option<std::sync::mpsc::Sender<()>>,
     samples: Arc<Mutex<Vec<Sample>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -157,11 +158,11 @@ impl HealthWatch {
             .iter()
             .map(|(n, a)| ((*n).to_owned(), (*a).to_owned()))
             .collect();
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let samples = Arc::new(Mutex::new(Vec::new()));
-        let (s, out) = (stop.clone(), samples.clone());
+        let out = samples.clone();
         let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
+            loop {
                 let answers = instances
                     .iter()
                     .map(|(n, a)| (n.clone(), readonly_check(a)))
@@ -170,11 +171,15 @@ impl HealthWatch {
                     at: Instant::now(),
                     answers,
                 });
-                std::thread::sleep(Duration::from_millis(50));
+                // The sampling period, cut short when the watch is stopped.
+                match stopped.recv_timeout(Duration::from_millis(50)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
             }
         });
         Self {
-            stop,
+            stop: Some(stop),
             samples,
             thread: Some(thread),
         }
@@ -182,17 +187,11 @@ impl HealthWatch {
 
     /// Stops and returns the samples.
     pub fn finish(mut self) -> Vec<Sample> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         std::mem::take(&mut *self.samples.lock().unwrap())
-    }
-}
-
-impl Drop for HealthWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
