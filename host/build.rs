@@ -19,7 +19,13 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.parent().unwrap().to_path_buf();
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for dir in ["plugins", "wit", "Cargo.lock", "Cargo.toml"] {
+    for dir in [
+        "plugins",
+        "wit",
+        "Cargo.lock",
+        "Cargo.toml",
+        ".cargo/config.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     // WASMOP_COMPONENTS_DIR below names a path under the target directory: a target directory

@@ -4,6 +4,8 @@
 //! |---|---|---|
 //! | `wasmop_plugin_calls_total` | counter | plugin, hook, outcome (`ok` or a failure label) |
 //! | `wasmop_plugin_call_duration_seconds` | histogram | plugin, hook |
+//! | `wasmop_plugin_memory_peak_bytes` | histogram | plugin, hook (linear memory at its largest per call) |
+//! | `wasmop_plugin_memory_grows_total` | counter | plugin, hook (calls whose memory grew past its initial size) |
 //! | `wasmop_plugin_reloads_total` | counter | plugin, result (`loaded`, `failed`) |
 //! | `wasmop_writes_total` | counter | verb, kind, outcome (`ok`, `passive`, `conflict`, `not_found`, `api`, `client`) |
 //! | `wasmop_reconcile_total` | counter | controller, outcome (`ok` or an error label) |
@@ -21,6 +23,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::plugins::PluginSpec;
+use crate::plugins::sandbox::MemoryUse;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -63,6 +66,8 @@ struct Metrics {
     registry: Mutex<Registry>,
     calls: Family<CallLabels, Counter>,
     durations: Family<PluginLabels, Histogram>,
+    memory_peaks: Family<PluginLabels, Histogram>,
+    memory_grows: Family<PluginLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     writes: Family<WriteLabels, Counter>,
     reconciles: Family<ReconcileLabels, Counter>,
@@ -81,6 +86,21 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "plugin_call_duration_seconds",
         "Plugin call wall time",
         durations.clone(),
+    );
+    // 1 MiB to 128 MiB: the default memory limit is 64 MiB.
+    let memory_peaks = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+        Histogram::new(exponential_buckets(1_048_576.0, 2.0, 8))
+    });
+    registry.register(
+        "plugin_memory_peak_bytes",
+        "Linear memory of a plugin call at its largest",
+        memory_peaks.clone(),
+    );
+    let memory_grows = Family::<PluginLabels, Counter>::default();
+    registry.register(
+        "plugin_memory_grows",
+        "Plugin calls whose linear memory grew past its initial size",
+        memory_grows.clone(),
     );
     registry.register(
         "plugin_reloads",
@@ -111,6 +131,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         registry: Mutex::new(registry),
         calls,
         durations,
+        memory_peaks,
+        memory_grows,
         reloads,
         writes,
         reconciles,
@@ -132,6 +154,22 @@ pub fn plugin_call(spec: &PluginSpec, elapsed: Duration, failure: Option<&str>) 
     m.durations
         .get_or_create(&PluginLabels { plugin, hook })
         .observe(elapsed.as_secs_f64());
+}
+
+/// Records the linear memory of one plugin call: its peak, and whether it grew past the
+/// initial size (see `plugins::sandbox::MemoryUse`).
+pub fn plugin_memory(spec: &PluginSpec, memory: MemoryUse) {
+    let m = &*METRICS;
+    let labels = PluginLabels {
+        plugin: spec.name.clone(),
+        hook: spec.hook.as_str().to_owned(),
+    };
+    m.memory_peaks
+        .get_or_create(&labels)
+        .observe(memory.peak as f64);
+    if memory.grew() {
+        m.memory_grows.get_or_create(&labels).inc();
+    }
 }
 
 /// Records one plugin (re)load.

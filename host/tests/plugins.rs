@@ -463,3 +463,188 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     .unwrap();
     ticker.abort();
 }
+
+/// The value of `metric` (a sample name of `wasmop::metrics::encode()`) for `plugin`, 0 when
+/// it has no sample yet.
+fn metric(metric: &str, plugin: &str) -> f64 {
+    let prefix = format!("{metric}{{plugin=\"{plugin}\",");
+    wasmop::metrics::encode()
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A VirtualService of `routes` routes with matches, retries and headers, as the routing
+/// benchmark's.
+fn virtual_service(routes: usize) -> String {
+    let http: Vec<serde_json::Value> = (0..routes)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("route-{i}"),
+                "match": [
+                    {"uri": {"prefix": format!("/api/v{i}/")}},
+                    {"uri": {"exact": format!("/legacy/{i}")}, "method": {"exact": "GET"}},
+                ],
+                "route": [
+                    {"destination": {"host": "reviews", "subset": "shared"}, "weight": 90},
+                    {"destination": {"host": "reviews", "subset": "canary"}, "weight": 10},
+                ],
+                "timeout": "5s",
+                "retries": {"attempts": 3, "perTryTimeout": "2s", "retryOn": "5xx,reset"},
+                "headers": {"request": {"set": {"x-route": format!("route-{i}")}}},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "shop", "resourceVersion": "48213"},
+        "spec": {"hosts": ["reviews"], "http": http},
+    })
+    .to_string()
+}
+
+/// A running pod with an Istio sidecar as the API server returns it: labels, annotations,
+/// managed fields, containers and status.
+fn sidecar_pod(i: usize) -> serde_json::Value {
+    let image = if i % 3 == 0 {
+        "proxyv2:1.26.4"
+    } else {
+        "proxyv2:1.27.1"
+    };
+    let managed: Vec<serde_json::Value> = ["kube-controller-manager", "kubelet", "istio-sidecar"]
+        .iter()
+        .map(|manager| {
+            serde_json::json!({
+                "manager": manager, "operation": "Update", "apiVersion": "v1",
+                "time": "2026-08-01T10:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:version": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"reviews\"}": {".": {}, "f:image": {}}}}},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("reviews-7d9f8c6b5d-{i:05}"),
+            "namespace": "shop",
+            "uid": format!("5b0c3f7e-2a41-4c8e-9d6b-{i:012}"),
+            "labels": {"app": "reviews", "version": "shared", "pod-template-hash": "7d9f8c6b5d"},
+            "annotations": {
+                "sidecar.istio.io/status": r#"{"initContainers":["istio-validation"],"containers":["istio-proxy"],"volumes":["istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],"revision":"default"}"#,
+                "prometheus.io/path": "/stats/prometheus",
+            },
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "reviews-7d9f8c6b5d", "uid": "0f1e2d3c", "controller": true}],
+            "managedFields": managed,
+        },
+        "spec": {
+            "containers": [
+                {"name": "reviews", "image": "shop/reviews:2.4.1",
+                 "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}},
+                {"name": "istio-proxy", "image": image,
+                 "args": ["proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local"],
+                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                               "limits": {"cpu": "2", "memory": "1Gi"}}},
+            ],
+            "nodeName": format!("worker-{}", i % 4),
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": format!("10.244.{}.{}", i % 4, i % 250),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "reviews", "ready": true, "restartCount": 0, "image": "shop/reviews:2.4.1",
+                 "state": {"running": {"startedAt": "2026-08-01T10:00:05Z"}}},
+                {"name": "istio-proxy", "ready": true, "restartCount": 0, "image": image,
+                 "state": {"running": {"startedAt": "2026-08-01T10:00:04Z"}}},
+            ],
+        },
+    })
+}
+
+/// The default plugins are built with enough initial linear memory for their usual calls (a
+/// VirtualService of 50 routes; a page of 100 pods, the restart controller's default page), so
+/// those calls never `memory.grow` and a pooled slot is reused without `mprotect`. The growth
+/// a call does make is counted: the hostile fixture's memory bomb is.
+#[tokio::test]
+async fn default_plugins_serve_usual_calls_without_growing_memory() {
+    let rt = runtime();
+    let load = |name: &str, hook: Hook, builtin_name: &str| {
+        let source = format!("builtin://{builtin_name}");
+        rt.load(
+            &PluginSpec::new(name, hook, &source),
+            builtin::find(builtin_name).unwrap().wasm,
+        )
+        .unwrap()
+    };
+    let routing = load("routing-memory", Hook::Routing, "routing-istio");
+    let mut req = request("feature-42", "reviews");
+    req.namespace = "shop".into();
+    req.virtual_service = virtual_service(50);
+    req.matches = vec![wasmop::plugins::IstioMatch {
+        headers: vec![wasmop::plugins::HeaderMatch {
+            name: "end-user".into(),
+            value: wasmop::plugins::StringMatch::Exact("jason".into()),
+        }],
+        source_labels: vec![],
+    }];
+    let routes: Vec<serde_json::Value> =
+        serde_json::from_str(&routing.route(req).await.unwrap().http).unwrap();
+    assert!(
+        routes.len() > 50,
+        "copies come first: {} routes",
+        routes.len()
+    );
+
+    let restart = load("restart-memory", Hook::Restart, "restart-sidecar");
+    let pods: Vec<serde_json::Value> = (0..100).map(sidecar_pod).collect();
+    let page = serde_json::Value::Array(pods).to_string();
+    assert!(page.len() > 200_000, "a page of {} bytes", page.len());
+    let decisions = restart
+        .evaluate(
+            wasmop::plugins::RestartRequest {
+                policy: "shop/istio".into(),
+                desired: r#"{"image":"proxyv2:1.27.1"}"#.into(),
+                applied: r#"{"image":"proxyv2:1.26.4"}"#.into(),
+                pods: page,
+            },
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(decisions.iter().filter(|d| d.restart).count(), 34);
+
+    // Loading calls `info` and `validate-settings`; then the call above. Each call's memory
+    // stays at the 4 MiB it starts with.
+    for plugin in ["routing-memory", "restart-memory"] {
+        let calls = metric("wasmop_plugin_memory_peak_bytes_count", plugin);
+        assert_eq!(calls, 3.0, "{plugin}: info, validate-settings and one call");
+        let peaks = metric("wasmop_plugin_memory_peak_bytes_sum", plugin);
+        assert_eq!(
+            peaks,
+            calls * 4.0 * 1_048_576.0,
+            "{plugin}: peaks {peaks} bytes"
+        );
+        assert_eq!(metric("wasmop_plugin_memory_grows_total", plugin), 0.0);
+    }
+
+    let bomb = hostile(&rt, |s| {
+        s.name = "hostile-memory".into();
+        s.limits.memory_mib = 16;
+    });
+    let e = bomb.route(request("oom", "")).await.unwrap_err();
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+    assert_eq!(
+        metric("wasmop_plugin_memory_grows_total", "hostile-memory"),
+        1.0
+    );
+    // Less the 4 MiB of each of the load's two calls.
+    let peak = metric("wasmop_plugin_memory_peak_bytes_sum", "hostile-memory") - 8.0 * 1_048_576.0;
+    assert!(
+        (12.0 * 1_048_576.0..=16.0 * 1_048_576.0).contains(&peak),
+        "the bomb grew to {peak} bytes, under its 16 MiB limit"
+    );
+}

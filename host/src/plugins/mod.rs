@@ -738,6 +738,7 @@ impl Plugin {
         store.set_epoch_deadline(limits.deadline_ticks());
         let result = f(&mut store, &self.pre).into_call_result();
         let sandbox = store.data();
+        crate::metrics::plugin_memory(&self.spec, sandbox.memory_use());
         match result {
             Ok(Ok(value)) => {
                 let size = value.output_size();

@@ -1,5 +1,6 @@
 //! The per-call store state: WASI with nothing granted but what the registry lists, a memory
-//! limiter that records why it refused, an outbound-HTTP allowlist and the `log` import.
+//! limiter that records why it refused and how far linear memory grew, an outbound-HTTP
+//! allowlist and the `log` import.
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
@@ -61,6 +62,7 @@ impl Sandbox {
                     .build(),
                 memory_limit: limits.memory_bytes(),
                 exceeded: None,
+                memory: MemoryUse::default(),
             },
             log_budget: MAX_LOG_PER_CALL,
         })
@@ -76,17 +78,43 @@ impl Sandbox {
         self.limiter.exceeded
     }
 
+    /// How much linear memory the instances of this store were created with and grew to.
+    pub fn memory_use(&self) -> MemoryUse {
+        self.limiter.memory
+    }
+
     /// Outbound authorities this call tried to reach and was denied.
     pub fn denied_hosts(&self) -> &[String] {
         &self.hooks.denied
     }
 }
 
-/// `StoreLimits` plus a record of the growth it refused, so a failure can say "out of memory".
+/// Linear memory of one store, in bytes, summed over its memories (a Rust or C component has
+/// one): as created (each module's declared minimum) and at its largest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Bytes at instantiation.
+    pub initial: usize,
+    /// Bytes at the end of the largest growth allowed (`initial` when none).
+    pub peak: usize,
+}
+
+impl MemoryUse {
+    /// Whether a `memory.grow` went past the initial size. In a pooled slot the next
+    /// instantiation then shrinks the accessible region again with `mprotect` (a TLB shootdown
+    /// on every CPU the process runs on), see docs/plugins.md, "Linear memory".
+    pub fn grew(&self) -> bool {
+        self.peak > self.initial
+    }
+}
+
+/// `StoreLimits` plus a record of the growth it refused, so a failure can say "out of memory",
+/// and of the growth it allowed ([`MemoryUse`]).
 struct Limiter {
     inner: StoreLimits,
     memory_limit: usize,
     exceeded: Option<usize>,
+    memory: MemoryUse,
 }
 
 impl ResourceLimiter for Limiter {
@@ -104,7 +132,15 @@ impl ResourceLimiter for Limiter {
                 desired >> 20
             );
         }
-        self.inner.memory_growing(current, desired, maximum)
+        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        if allowed {
+            // A memory being created asks to grow from 0 to its minimum.
+            if current == 0 {
+                self.memory.initial += desired;
+            }
+            self.memory.peak += desired - current;
+        }
+        Ok(allowed)
     }
 
     fn table_growing(
