@@ -298,6 +298,12 @@ async fn a_forward_failure_answers_502_after_the_connection_retries() {
         body.contains(&dead.to_string()) && body.contains("refused"),
         "{body}"
     );
+    let failures = format!(
+        "wasmop_resolver_connect_failures_total{{namespace=\"{}\",service=\"web\"}} 3\n",
+        h.ns
+    );
+    let metrics = h.metrics().await;
+    assert!(metrics.contains(&failures), "{failures} not in\n{metrics}");
 }
 
 #[tokio::test]
@@ -309,7 +315,15 @@ async fn refused_connections_are_retried_until_the_backend_listens() {
     let port = closed_port();
     h.make_ready("web", port);
     let request = h.spawn_get("web", "/");
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The backend listens only once the resolver has been refused.
+    let refused = format!(
+        "wasmop_resolver_connect_failures_total{{namespace=\"{}\",service=\"web\"}}",
+        h.ns
+    );
+    eventually("a refused connection attempt", WAIT, async || {
+        h.metrics().await.contains(&refused).then_some(())
+    })
+    .await;
     start_backend(&port.to_string()).await;
     let (status, _, body) = tokio::time::timeout(WAIT, request).await.unwrap().unwrap();
     assert_eq!((status.as_u16(), body.as_str()), (200, HELLO));

@@ -10,6 +10,7 @@
 //! | `wasmop_resolver_held_requests` | gauge | namespace, service |
 //! | `wasmop_resolver_cold_start_seconds` | histogram | namespace, service: from a held request's arrival to the backend's response head |
 //! | `wasmop_resolver_demand_signals_total` | counter | outcome (`ok`, `error`) |
+//! | `wasmop_resolver_connect_failures_total` | counter | namespace, service: connection attempts to a ready endpoint that were refused or timed out (each is retried up to `--connect-attempts`) |
 //!
 //! Requests whose Host names no known service count with empty `namespace` and `service`
 //! labels, so that clients cannot grow the label sets.
@@ -56,6 +57,7 @@ struct Metrics {
     held: Family<ServiceLabels, Gauge>,
     cold_start: Family<ServiceLabels, Histogram>,
     demand: Family<OutcomeLabels, Counter>,
+    connect_failures: Family<ServiceLabels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -70,6 +72,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             Histogram::new(exponential_buckets(0.01, 2.0, 15))
         }),
         demand: Family::default(),
+        connect_failures: Family::default(),
     };
     use crate::metrics::register;
     register(
@@ -106,6 +109,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "resolver_demand_signals",
         "Demand annotations written, by outcome",
         m.demand.clone(),
+    );
+    register(
+        "resolver_connect_failures",
+        "Connection attempts to a ready endpoint refused or timed out",
+        m.connect_failures.clone(),
     );
     m
 });
@@ -187,5 +195,13 @@ pub fn demand(ok: bool) {
     METRICS
         .demand
         .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+}
+
+/// A connection attempt to a ready endpoint of the service was refused or timed out.
+pub fn connect_failed(namespace: &str, service: &str) {
+    METRICS
+        .connect_failures
+        .get_or_create(&labels(namespace, service))
         .inc();
 }

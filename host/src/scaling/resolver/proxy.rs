@@ -617,6 +617,7 @@ impl Connector {
                             format!("{addr}{via}: no answer within {:?}", policy.connect_timeout);
                     }
                 }
+                metrics::connect_failed(&target.namespace, &target.service);
             }
             if attempt < policy.attempts {
                 tokio::time::sleep(delay).await;
