@@ -508,7 +508,7 @@ fn virtual_service(routes: usize) -> String {
 /// A running pod with an Istio sidecar as the API server returns it: labels, annotations,
 /// managed fields, containers and status.
 fn sidecar_pod(i: usize) -> serde_json::Value {
-    let image = if i % 3 == 0 {
+    let image = if i.is_multiple_of(3) {
         "proxyv2:1.26.4"
     } else {
         "proxyv2:1.27.1"
