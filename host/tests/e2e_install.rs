@@ -30,7 +30,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// deploy/manifests/wasmop.yaml as JSON documents.
 fn rendered() -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{}/wasmop.yaml", wasmop_tests::MANIFESTS_DIR))
+    let text = std::fs::read_to_string(wasmop_tests::manifests_dir().join("wasmop.yaml"))
         .expect("read deploy/manifests/wasmop.yaml");
     serde_yaml::Deserializer::from_str(&text)
         .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))

@@ -334,7 +334,7 @@ fn the_resolver_deployment_is_accepted_by_the_api_server() {
         "--dry-run=server",
         "--validate=strict",
         "-f",
-        wasmop_tests::MANIFESTS_DIR,
+        &wasmop_tests::manifests_dir().to_string_lossy(),
     ]);
     assert!(out.contains("deployment.apps/wasmop-resolver"), "{out}");
 }

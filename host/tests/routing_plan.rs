@@ -25,7 +25,7 @@ use wasmop::routing::router::Native;
 use wasmop::routing::{OutputFormat, PlanConfig, Router, Snapshot, WasmRouter, names, plan};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/routing")
+    wasmop_tests::repo_root().join("tests/fixtures/routing")
 }
 
 fn cases() -> Vec<PathBuf> {

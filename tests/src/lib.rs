@@ -49,10 +49,7 @@ pub fn kubectl() -> Command {
 /// Where failed tests' namespace dumps, process logs and generated files are written
 /// (`target/e2e-dumps`, created if absent).
 pub fn dump_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("target")
-        .join("e2e-dumps");
+    let dir = repo_root().join("target").join("e2e-dumps");
     std::fs::create_dir_all(&dir).expect("create target/e2e-dumps");
     dir
 }
@@ -209,7 +206,9 @@ pub fn kubectl_ok(args: &[&str]) -> String {
 }
 
 /// The repository's `crds/` directory.
-pub const CRDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
+pub fn crds_dir() -> PathBuf {
+    repo_root().join("crds")
+}
 
 /// Applies `crds/` (server-side, idempotent; takes over fields another manager such as a
 /// client-side `kubectl apply` left), waits until every CRD is Established, and returns
@@ -224,14 +223,14 @@ pub fn install_crds() -> String {
         "--force-conflicts",
         "--field-manager=wasmop-e2e",
         "-f",
-        CRDS_DIR,
+        &crds_dir().to_string_lossy(),
     ]);
     kubectl_ok(&[
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
         "-f",
-        CRDS_DIR,
+        &crds_dir().to_string_lossy(),
     ]);
     applied
 }
@@ -335,7 +334,9 @@ impl Drop for Process {
 /// The chart rendered with its default values (`deploy/manifests`: the namespace, then the
 /// ServiceAccounts, RBAC, Deployments, Services, PodDisruptionBudgets and the plugin registry of
 /// `deploy/helm/wasmop`).
-pub const MANIFESTS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/manifests");
+pub fn manifests_dir() -> PathBuf {
+    repo_root().join("deploy").join("manifests")
+}
 
 /// Installs the rendered chart (`deploy/manifests`) with server-side apply and strict field
 /// validation (idempotent), so the operator runs with exactly the chart's ServiceAccounts and
@@ -351,13 +352,21 @@ pub fn install_operator_rbac() {
         "--force-conflicts",
         "--validate=strict",
         "-f",
-        MANIFESTS_DIR,
+        &manifests_dir().to_string_lossy(),
     ]);
 }
 
-/// The repository root.
+/// The repository root: the parent of the directory of the package whose test or benchmark
+/// runs (`CARGO_MANIFEST_DIR` as cargo sets it at run time; `host/` and `tests/` are both
+/// children of the root), else the parent of this crate's directory when it was built. Read
+/// at run time because one target directory may serve several checkouts, and cargo does not
+/// rebuild this crate when only the checkout's path changed.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .and_then(|dir| dir.parent().map(std::path::Path::to_path_buf))
+        .filter(|root| root.join("crds").is_dir())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
 }
 
 /// Builds the example plugins `names` (directory names under examples/plugins, e.g.

@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use wasmop_tests::{CRDS_DIR, dump_dir, eventually, install_crds, with_temp_ns};
+use wasmop_tests::{crds_dir, dump_dir, eventually, install_crds, with_temp_ns};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -155,7 +155,7 @@ async fn istio_crd_schema_accepts_routes_and_rejects_invalid_ones() {
 #[tokio::test]
 async fn crds_apply_cleanly() {
     let applied = install_crds();
-    let files = std::fs::read_dir(CRDS_DIR)
+    let files = std::fs::read_dir(crds_dir())
         .unwrap()
         .filter(|e| {
             e.as_ref()
