@@ -14,7 +14,9 @@ if [ -z "$ca" ]; then
 fi
 token=$(kubectl create token "$sa" -n "$ns" --duration=24h)
 umask 077
-cat >"$out" <<KC
+# Written aside and renamed: a process may be reading the previous file at this path.
+tmp="$out.tmp.$$"
+cat >"$tmp" <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -28,4 +30,5 @@ contexts:
   context: {cluster: local, user: $ns-$sa, namespace: $ns}
 current-context: $ns-$sa
 KC
+mv -f "$tmp" "$out"
 echo "$out"
