@@ -631,6 +631,19 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
         assert_eq!(metric("wasmop_plugin_memory_grows_total", plugin), 0.0);
     }
 
+    // The declared 4 MiB count against the limit: a smaller one refuses the plugin at load.
+    let mut small = PluginSpec::new("routing-small", Hook::Routing, "builtin://routing-istio");
+    small.limits.memory_mib = 3;
+    let e = rt
+        .load(&small, builtin::find("routing-istio").unwrap().wasm)
+        .err()
+        .expect("3 MiB is less than the plugin declares");
+    assert!(
+        e.to_string()
+            .contains("out of memory: exceeded 3 MiB (limits.memoryMiB)"),
+        "{e}"
+    );
+
     let bomb = hostile(&rt, |s| {
         s.name = "hostile-memory".into();
         s.limits.memory_mib = 16;
