@@ -634,10 +634,9 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
     // The declared 4 MiB count against the limit: a smaller one refuses the plugin at load.
     let mut small = PluginSpec::new("routing-small", Hook::Routing, "builtin://routing-istio");
     small.limits.memory_mib = 3;
-    let e = rt
-        .load(&small, builtin::find("routing-istio").unwrap().wasm)
-        .err()
-        .expect("3 MiB is less than the plugin declares");
+    let Err(e) = rt.load(&small, builtin::find("routing-istio").unwrap().wasm) else {
+        panic!("3 MiB is less than the plugin declares");
+    };
     assert!(
         e.to_string()
             .contains("out of memory: exceeded 3 MiB (limits.memoryMiB)"),
