@@ -217,20 +217,22 @@ pub fn crds_dir() -> PathBuf {
 /// # Panics
 /// When kubectl fails or a CRD does not become Established within a minute.
 pub fn install_crds() -> String {
+    let dir = crds_dir();
+    let dir = dir.to_string_lossy();
     let applied = kubectl_ok(&[
         "apply",
         "--server-side",
         "--force-conflicts",
         "--field-manager=wasmop-e2e",
         "-f",
-        &crds_dir().to_string_lossy(),
+        &dir,
     ]);
     kubectl_ok(&[
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
         "-f",
-        &crds_dir().to_string_lossy(),
+        &dir,
     ]);
     applied
 }

@@ -37,11 +37,7 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
 mod tests {
     #[test]
     fn committed_crds_match_the_types() {
-        // At run time: a target directory shared by several checkouts may hold a build of
-        // another one.
-        let manifest = std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
-        let dir = std::path::Path::new(&manifest).join("../crds");
+        let dir = wasmop_tests::crds_dir();
         for (file, crd) in super::crds() {
             let committed = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
             assert!(
