@@ -20,9 +20,10 @@
 //!    each cooperative-budget yield (one call in 128); the routing row and the no-op are
 //!    measured again with the task yielding before each call (untimed), as a reconcile reaches
 //!    its call from a fresh poll.
-//!    `scaling-prometheus` needs HTTP to vote: its wasm figure is a call refused before any I/O
-//!    (no host granted), and its native figure is the pure part (settings, metadata, query URLs,
-//!    parsing two Prometheus responses, the vote). The two are not comparable.
+//!    `scaling-prometheus` votes with two Prometheus instant queries: both sides send them to a
+//!    Prometheus stub on 127.0.0.1 (granted in `allowedHosts`), each over a new connection as
+//!    `wasi:http` opens one per request; the native side sends them with hyper's client, its
+//!    connection pool off.
 //! 2. **Compile cold vs load from cache.** `PluginRuntime::load` of each builtin with an empty
 //!    cache directory (compiles), then with the directory it populated in a new runtime
 //!    (deserializes). A load also pre-instantiates and calls `info` and `validate-settings`.
@@ -50,9 +51,9 @@ use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{
-    DrState, Failure, HeaderMatch, Hook, IstioMatch, Label, LeaseAction, LeaseRecord,
-    PluginRuntime, PluginSpec, RestartRequest, RouteRequest, RuntimeOptions, StateRequest,
-    StringMatch, TriggerRequest, builtin,
+    DrState, HeaderMatch, Hook, IstioMatch, Label, LeaseAction, LeaseRecord, PluginRuntime,
+    PluginSpec, RestartRequest, RouteRequest, RuntimeOptions, StateRequest, StringMatch,
+    TriggerRequest, builtin,
 };
 
 /// Calls made before measuring each series.
@@ -112,7 +113,8 @@ fn main() {
 /// series, 20,000 calls and its native baseline, no figures, for a profiler to watch.
 fn profile_one(rt: &Runtime, cache_dir: &Path, series: &str) {
     let pooling = std::env::var_os("WASMOP_BENCH_POOLING").is_none_or(|v| v != "0");
-    let registry = Registry::new(runtime_with(cache_dir, pooling));
+    let runtime = runtime_with(cache_dir, pooling);
+    let registry = Registry::new(runtime.clone());
     let report = rt.block_on(registry.apply(RegistryConfig::default(), &LocalFetch::default()));
     assert!(report.failed.is_empty(), "builtins failed: {report:?}");
     let calls = 20_000;
@@ -123,7 +125,7 @@ fn profile_one(rt: &Runtime, cache_dir: &Path, series: &str) {
             "restart" => drop(bench_restart(rt, &registry, PODS, "page of 30 pods")),
             "dr" => drop(bench_dr(rt, &registry)),
             "none" => drop(bench_dr_none(rt, &registry)),
-            "scaling" => drop(bench_scaling(rt, &registry)),
+            "scaling" => drop(bench_scaling(rt, &runtime)),
             "dispatch" => drop(bench_dispatch(rt)),
             "threads" => drop(bench_dispatch_threads(rt)),
             "in-place" => drop(bench_dispatch_in_place(rt, Poll::Busy)),
@@ -302,7 +304,8 @@ struct CallRow {
 }
 
 fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
-    let registry = Registry::new(runtime_with(cache_dir, pooling));
+    let runtime = runtime_with(cache_dir, pooling);
+    let registry = Registry::new(runtime.clone());
     let report = rt.block_on(registry.apply(RegistryConfig::default(), &LocalFetch::default()));
     assert!(report.failed.is_empty(), "builtins failed: {report:?}");
     vec![
@@ -312,7 +315,7 @@ fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
         bench_restart(rt, &registry, PODS, "page of 30 pods, mixed sidecars"),
         bench_dr(rt, &registry),
         bench_dr_none(rt, &registry),
-        bench_scaling(rt, &registry),
+        bench_scaling(rt, &runtime),
         bench_dispatch_in_place(rt, Poll::Busy),
         bench_dispatch_in_place(rt, Poll::Fresh),
         bench_dispatch(rt),
@@ -534,45 +537,71 @@ fn bench_dr_none(rt: &Runtime, registry: &Registry) -> CallRow {
     }
 }
 
-fn bench_scaling(rt: &Runtime, registry: &Registry) -> CallRow {
-    let plugin = registry
-        .resolve(Hook::Scaling, None)
-        .expect("scaling-prometheus");
+/// One vote: the builtin granted the stub's address, against the same logic and queries natively.
+fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
+    let stub = rt.block_on(PrometheusStub::start());
+    let mut spec = PluginSpec::new(
+        "scaling-prometheus",
+        Hook::Scaling,
+        "builtin://scaling-prometheus",
+    );
+    spec.grants.allowed_hosts = vec![stub.addr.clone()];
+    let wasm_bytes = builtin::find("scaling-prometheus")
+        .expect("builtin scaling-prometheus")
+        .wasm;
+    let plugin = runtime.load(&spec, wasm_bytes).expect("scaling-prometheus");
     let request = TriggerRequest {
         elastic_service: "shop/reviews".into(),
         trigger_type: scaling_prometheus::TRIGGER_TYPE.into(),
         metadata: json!({
             "query": "sum(rate(istio_requests_total{destination_service_name=\"reviews\",destination_service_namespace=\"shop\"}[5m]))",
-            "serverAddress": "http://prometheus.monitoring.svc:9090",
+            "serverAddress": format!("http://{}", stub.addr),
             "threshold": "0.5",
         })
         .to_string(),
         cooldown_seconds: 300,
         now: 1_787_000_000,
     };
-    let health_body = prometheus_body("1");
-    let value_body = prometheus_body("0.25");
 
-    let vote = scaling_native(&request, &health_body, &value_body);
-    assert_eq!(vote.vote, scaling_prometheus::Direction::Down, "0.25 < 0.5");
+    let client = native_http_client();
+    let native_vote = rt.block_on(scaling_native(&client, &request));
+    assert_eq!(
+        native_vote.vote,
+        scaling_prometheus::Direction::Down,
+        "0.25 < 0.5"
+    );
     let req = request.clone();
     let wasm = on_worker(rt, async move {
         time_async(
             || plugin.vote(req.clone()),
             |r| {
-                let e = r.expect_err("no host is granted");
-                assert!(matches!(e.failure, Failure::DeniedHost(_)), "{e}");
+                let vote = r.expect("a vote from the stub's answers");
+                assert_eq!(vote.vote, wasmop::plugins::Vote::Down, "{}", vote.reason);
+                assert_eq!(vote.value, Some(0.25));
             },
         )
         .await
     });
-    let native = time_native(|| scaling_native(&request, &health_body, &value_body));
+    let native = on_worker(rt, async move {
+        time_async(
+            || scaling_native(&client, &request),
+            |v| assert_eq!(v.vote, scaling_prometheus::Direction::Down),
+        )
+        .await
+    });
+    let served = stub.stop();
+    let votes = 2 * (WARMUP_CALLS + MEASURED_CALLS) + 1;
+    assert_eq!(
+        served,
+        2 * votes,
+        "every vote sent its two queries to the stub"
+    );
     CallRow {
         plugin: "scaling-prometheus",
-        input: "wasm: denied host; native: pure part",
+        input: "vote: 2 queries, loopback Prometheus",
         wasm,
         native: Some(native),
-        comparable: false,
+        comparable: true,
         items: 1,
     }
 }
@@ -900,6 +929,55 @@ fn pod(i: usize) -> Value {
     })
 }
 
+/// A Prometheus on 127.0.0.1 for the scaling row: `GET /api/v1/query` answers a vector of one
+/// sample, `1` for the health query (`min_over_time(...)`) and `0.25` for any other.
+struct PrometheusStub {
+    /// `127.0.0.1:PORT`.
+    addr: String,
+    served: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PrometheusStub {
+    async fn start() -> Self {
+        use axum::extract::{Query, State};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        #[derive(serde::Deserialize)]
+        struct Params {
+            query: String,
+        }
+        async fn query(State(served): State<Arc<AtomicUsize>>, Query(p): Query<Params>) -> String {
+            served.fetch_add(1, Ordering::Relaxed);
+            let value = if p.query.starts_with("min_over_time(") {
+                "1"
+            } else {
+                "0.25"
+            };
+            prometheus_body(value)
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("bound address").to_string();
+        let served = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new()
+            .route("/api/v1/query", axum::routing::get(query))
+            .with_state(served.clone());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.expect("stub server");
+        });
+        Self { addr, served, task }
+    }
+
+    /// Stops the server; the number of queries it answered.
+    fn stop(self) -> usize {
+        self.task.abort();
+        self.served.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A Prometheus instant-query response of one series with `value`.
 fn prometheus_body(value: &str) -> String {
     json!({
@@ -912,25 +990,49 @@ fn prometheus_body(value: &str) -> String {
     .to_string()
 }
 
-/// The component's `vote` without its two HTTP requests: the responses are given.
-fn scaling_native(
-    r: &TriggerRequest,
-    health_body: &str,
-    value_body: &str,
-) -> scaling_prometheus::Vote {
+type NativeClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+/// hyper's client with its pool off: a new connection per request, as `wasi:http` makes.
+fn native_http_client() -> NativeClient {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build_http()
+}
+
+/// `GET url`: the body of a 200 response.
+async fn native_get(client: &NativeClient, url: &str) -> String {
+    use http_body_util::BodyExt;
+    let uri: http::Uri = url.parse().expect("query URL");
+    let response = client.get(uri).await.expect("GET");
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.expect("body");
+    String::from_utf8(body.to_bytes().to_vec()).expect("UTF-8 body")
+}
+
+/// The component's `vote` natively: the same library calls and the same two queries.
+async fn scaling_native(client: &NativeClient, r: &TriggerRequest) -> scaling_prometheus::Vote {
     use scaling_prometheus as s;
     let settings = s::validate_settings(NO_SETTINGS).expect("settings");
+    black_box(settings.timeout_ms);
     s::check_trigger_type(&r.trigger_type).expect("trigger type");
     let trigger = s::Trigger::parse(&r.metadata).expect("metadata");
     let health_query = s::health_query(&trigger.uptime_filter, r.cooldown_seconds);
-    black_box((
-        settings.timeout_ms,
-        s::query_url(&trigger.server_address, &health_query),
-    ));
-    let health = s::parse_value(health_body).expect("health");
+    let body = native_get(
+        client,
+        &s::query_url(&trigger.server_address, &health_query),
+    )
+    .await;
+    let health = s::parse_value(&body).expect("health");
     s::check_health(health, &trigger.uptime_filter, r.cooldown_seconds).expect("healthy");
-    black_box(s::query_url(&trigger.server_address, &trigger.query));
-    let value = s::parse_value(value_body).expect("value");
+    let body = native_get(
+        client,
+        &s::query_url(&trigger.server_address, &trigger.query),
+    )
+    .await;
+    let value = s::parse_value(&body).expect("value");
     s::decide(value, trigger.threshold)
 }
 
@@ -1122,9 +1224,9 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
             per(row.wasm.p99())
         );
     }
-    println!("   scaling-prometheus: the wasm call is refused at its first HTTP request (no host");
+    println!("   scaling-prometheus: each vote sends two instant queries to a Prometheus stub on");
     println!(
-        "   granted): neither a vote nor comparable; a real vote adds two Prometheus round trips."
+        "   127.0.0.1, each over a new connection (wasm: wasi:http; native: hyper, pool off)."
     );
     println!(
         "   (reference): the semaphore + block_in_place every call pays; (alternative): other"
