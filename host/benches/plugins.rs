@@ -35,7 +35,7 @@
 //! per default-plugin call, ready under 500 ms with a warm cache. Sections 2 and 3 report the
 //! median of [`LOAD_ROUNDS`] rounds; section 3 judges its worst round.
 //!
-//! Run with `cargo bench -p wasmop --bench plugins` (a few seconds once built). Figures depend
+//! Run with `cargo bench -p wasmop --bench plugins` (about two minutes once built). Figures depend
 //! on the machine and on whatever else runs on it; the header prints the CPU count and load.
 //! Cache directories are created under the system temporary directory, named after the process
 //! id, and removed at the end.
