@@ -38,6 +38,15 @@ struct PluginLabels {
     hook: String,
 }
 
+impl PluginLabels {
+    fn of(spec: &PluginSpec) -> Self {
+        Self {
+            plugin: spec.name.clone(),
+            hook: spec.hook.as_str().to_owned(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
     plugin: String,
@@ -143,16 +152,16 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 /// Records one plugin call; `failure` is the failure label, `None` for success.
 pub fn plugin_call(spec: &PluginSpec, elapsed: Duration, failure: Option<&str>) {
     let m = &*METRICS;
-    let (plugin, hook) = (spec.name.clone(), spec.hook.as_str().to_owned());
+    let labels = PluginLabels::of(spec);
     m.calls
         .get_or_create(&CallLabels {
-            plugin: plugin.clone(),
-            hook: hook.clone(),
+            plugin: labels.plugin.clone(),
+            hook: labels.hook.clone(),
             outcome: failure.unwrap_or("ok").into(),
         })
         .inc();
     m.durations
-        .get_or_create(&PluginLabels { plugin, hook })
+        .get_or_create(&labels)
         .observe(elapsed.as_secs_f64());
 }
 
@@ -160,10 +169,7 @@ pub fn plugin_call(spec: &PluginSpec, elapsed: Duration, failure: Option<&str>) 
 /// initial size (see `plugins::sandbox::MemoryUse`).
 pub fn plugin_memory(spec: &PluginSpec, memory: MemoryUse) {
     let m = &*METRICS;
-    let labels = PluginLabels {
-        plugin: spec.name.clone(),
-        hook: spec.hook.as_str().to_owned(),
-    };
+    let labels = PluginLabels::of(spec);
     m.memory_peaks
         .get_or_create(&labels)
         .observe(memory.peak as f64);

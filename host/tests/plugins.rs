@@ -464,15 +464,11 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     ticker.abort();
 }
 
-/// The value of `metric` (a sample name of `wasmop::metrics::encode()`) for `plugin`, 0 when
-/// it has no sample yet.
-fn metric(metric: &str, plugin: &str) -> f64 {
-    let prefix = format!("{metric}{{plugin=\"{plugin}\",");
-    wasmop::metrics::encode()
-        .lines()
-        .find(|l| l.starts_with(&prefix))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
+/// The value of `metric` (a sample name of `wasmop::metrics::encode()`) for `plugin` of
+/// `hook`, 0 when it has no sample yet.
+fn metric(metric: &str, plugin: &str, hook: Hook) -> f64 {
+    let series = format!("{metric}{{plugin=\"{plugin}\",hook=\"{}\"}}", hook.as_str());
+    wasmop_tests::restart::sample(&wasmop::metrics::encode(), &series)
 }
 
 /// A VirtualService of `routes` routes with matches, retries and headers, as the routing
@@ -619,16 +615,22 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
 
     // Loading calls `info` and `validate-settings`; then the call above. Each call's memory
     // stays at the 4 MiB it starts with.
-    for plugin in ["routing-memory", "restart-memory"] {
-        let calls = metric("wasmop_plugin_memory_peak_bytes_count", plugin);
+    for (plugin, hook) in [
+        ("routing-memory", Hook::Routing),
+        ("restart-memory", Hook::Restart),
+    ] {
+        let calls = metric("wasmop_plugin_memory_peak_bytes_count", plugin, hook);
         assert_eq!(calls, 3.0, "{plugin}: info, validate-settings and one call");
-        let peaks = metric("wasmop_plugin_memory_peak_bytes_sum", plugin);
+        let peaks = metric("wasmop_plugin_memory_peak_bytes_sum", plugin, hook);
         assert_eq!(
             peaks,
             calls * 4.0 * 1_048_576.0,
             "{plugin}: peaks {peaks} bytes"
         );
-        assert_eq!(metric("wasmop_plugin_memory_grows_total", plugin), 0.0);
+        assert_eq!(
+            metric("wasmop_plugin_memory_grows_total", plugin, hook),
+            0.0
+        );
     }
 
     // The declared 4 MiB count against the limit: a smaller one refuses the plugin at load.
@@ -650,11 +652,19 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
     let e = bomb.route(request("oom", "")).await.unwrap_err();
     assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
     assert_eq!(
-        metric("wasmop_plugin_memory_grows_total", "hostile-memory"),
+        metric(
+            "wasmop_plugin_memory_grows_total",
+            "hostile-memory",
+            Hook::Routing
+        ),
         1.0
     );
     // Less the 4 MiB of each of the load's two calls.
-    let peak = metric("wasmop_plugin_memory_peak_bytes_sum", "hostile-memory") - 8.0 * 1_048_576.0;
+    let peak = metric(
+        "wasmop_plugin_memory_peak_bytes_sum",
+        "hostile-memory",
+        Hook::Routing,
+    ) - 8.0 * 1_048_576.0;
     assert!(
         (12.0 * 1_048_576.0..=16.0 * 1_048_576.0).contains(&peak),
         "the bomb grew to {peak} bytes, under its 16 MiB limit"
