@@ -12,9 +12,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::ListParams;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -75,23 +77,20 @@ fn backends(client: Client, ns: String) -> Arc<Mutex<BTreeSet<String>>> {
     let seen = served.clone();
     tokio::spawn(async move {
         let pods: Api<Pod> = Api::namespaced(client, &ns);
-        loop {
-            let list = pods
-                .list(&ListParams::default().labels("app=web"))
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default();
-            for ip in list.into_iter().filter_map(|p| p.status?.pod_ip) {
-                if !seen.lock().unwrap().insert(ip.clone()) {
-                    continue;
-                }
-                let local = ip.replacen("10.", "127.", 1);
-                let listener = TcpListener::bind((local.as_str(), 8080))
-                    .await
-                    .expect("bind the backend");
-                tokio::spawn(serve(listener, ip));
+        let config = watcher::Config::default().labels("app=web");
+        let mut pods = std::pin::pin!(watcher(pods, config).default_backoff().applied_objects());
+        while let Some(pod) = pods.next().await {
+            let Some(ip) = pod.ok().and_then(|p| p.status?.pod_ip) else {
+                continue;
+            };
+            if !seen.lock().unwrap().insert(ip.clone()) {
+                continue;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let local = ip.replacen("10.", "127.", 1);
+            let listener = TcpListener::bind((local.as_str(), 8080))
+                .await
+                .expect("bind the backend");
+            tokio::spawn(serve(listener, ip));
         }
     });
     served
