@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use wasmop::api::proxyrestartpolicy::ProxyRestartPolicy;
 use wasmop_tests::restart::{
     NEW_PROXY, OLD_PROXY, bare_sidecar_pod, events, generation, occurrences, running_job_pod,
-    sample, sidecar_deployment, template_annotations, wait_all_rolled_out, wait_rolled_out,
+    sidecar_deployment, template_annotations, wait_all_rolled_out, wait_rolled_out,
 };
-use wasmop_tests::{Operator, create_in, eventually, kubectl, wait_until, with_temp_ns};
+use wasmop_tests::{Operator, create_in, eventually, kubectl, sample, wait_until, with_temp_ns};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const SELECTOR_LABEL: &str = "wasmop.dev/e2e";

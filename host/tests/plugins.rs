@@ -468,7 +468,7 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
 /// `hook`, 0 when it has no sample yet.
 fn metric(metric: &str, plugin: &str, hook: Hook) -> f64 {
     let series = format!("{metric}{{plugin=\"{plugin}\",hook=\"{}\"}}", hook.as_str());
-    wasmop_tests::restart::sample(&wasmop::metrics::encode(), &series)
+    wasmop_tests::sample(&wasmop::metrics::encode(), &series)
 }
 
 /// A VirtualService of `routes` routes with matches, retries and headers, as the routing

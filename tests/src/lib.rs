@@ -283,6 +283,18 @@ pub async fn eventually<T>(
     }
 }
 
+/// The value of the sample `series` (name and labels exactly as exposed, e.g.
+/// `wasmop_reconcile_total{controller="restart",outcome="ok"}`) in a Prometheus text
+/// exposition; 0 when absent.
+pub fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(series))
+        .filter_map(|rest| rest.trim().parse::<f64>().ok())
+        .next()
+        .unwrap_or(0.0)
+}
+
 /// A child process killed on drop; its log is printed if the test is failing.
 pub struct Process {
     child: std::process::Child,

@@ -219,15 +219,3 @@ pub fn occurrences(events: &[Event]) -> i32 {
         .map(|e| e.series.as_ref().map_or(1, |s| s.count))
         .sum()
 }
-
-/// The value of the sample `series` (name and labels exactly as exposed, e.g.
-/// `wasmop_reconcile_total{controller="restart",outcome="ok"}`) in a Prometheus text
-/// exposition; 0 when absent.
-pub fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix(series))
-        .filter_map(|rest| rest.trim().parse::<f64>().ok())
-        .next()
-        .unwrap_or(0.0)
-}
