@@ -55,6 +55,7 @@ use wasmop::plugins::{
     PluginSpec, RestartRequest, RouteRequest, RuntimeOptions, StateRequest, StringMatch,
     TriggerRequest, builtin,
 };
+use wasmop_tests::prometheus::QueryStub;
 
 /// Calls made before measuring each series.
 const WARMUP_CALLS: usize = 200;
@@ -539,7 +540,7 @@ fn bench_dr_none(rt: &Runtime, registry: &Registry) -> CallRow {
 
 /// One vote: the builtin granted the stub's address, against the same logic and queries natively.
 fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
-    let stub = rt.block_on(PrometheusStub::start());
+    let stub = QueryStub::start("0.25");
     let mut spec = PluginSpec::new(
         "scaling-prometheus",
         Hook::Scaling,
@@ -589,10 +590,9 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
         )
         .await
     });
-    let served = stub.stop();
     let votes = 2 * (WARMUP_CALLS + MEASURED_CALLS) + 1;
     assert_eq!(
-        served,
+        stub.served(),
         2 * votes,
         "every vote sent its two queries to the stub"
     );
@@ -927,67 +927,6 @@ fn pod(i: usize) -> Value {
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     })
-}
-
-/// A Prometheus on 127.0.0.1 for the scaling row: `GET /api/v1/query` answers a vector of one
-/// sample, `1` for the health query (`min_over_time(...)`) and `0.25` for any other.
-struct PrometheusStub {
-    /// `127.0.0.1:PORT`.
-    addr: String,
-    served: Arc<std::sync::atomic::AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl PrometheusStub {
-    async fn start() -> Self {
-        use axum::extract::{Query, State};
-        use std::sync::atomic::{AtomicUsize, Ordering};
-
-        #[derive(serde::Deserialize)]
-        struct Params {
-            query: String,
-        }
-        async fn query(State(served): State<Arc<AtomicUsize>>, Query(p): Query<Params>) -> String {
-            served.fetch_add(1, Ordering::Relaxed);
-            let value = if p.query.starts_with("min_over_time(") {
-                "1"
-            } else {
-                "0.25"
-            };
-            prometheus_body(value)
-        }
-
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a loopback port");
-        let addr = listener.local_addr().expect("bound address").to_string();
-        let served = Arc::new(AtomicUsize::new(0));
-        let app = axum::Router::new()
-            .route("/api/v1/query", axum::routing::get(query))
-            .with_state(served.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("stub server");
-        });
-        Self { addr, served, task }
-    }
-
-    /// Stops the server; the number of queries it answered.
-    fn stop(self) -> usize {
-        self.task.abort();
-        self.served.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-/// A Prometheus instant-query response of one series with `value`.
-fn prometheus_body(value: &str) -> String {
-    json!({
-        "status": "success",
-        "data": {
-            "resultType": "vector",
-            "result": [{"metric": {}, "value": [1_787_000_000.123, value]}],
-        },
-    })
-    .to_string()
 }
 
 type NativeClient = hyper_util::client::legacy::Client<

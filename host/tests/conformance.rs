@@ -6,8 +6,6 @@
 //! only when their sources change); its toolchains come from scripts/setup.sh. Compiled
 //! components are cached in `<target>/example-plugins/compile-cache`, shared with the CLI.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -16,6 +14,7 @@ use serde_json::{Value, json};
 use wasmop::plugins::{
     CallError, Failure, Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions,
 };
+use wasmop_tests::prometheus::QueryStub;
 
 /// One component under test: file, hook, the name its `info` gives, and its settings.
 struct Component {
@@ -485,35 +484,6 @@ async fn c_business_hours_dr_holds_the_lease_only_in_business_hours() {
     assert_eq!(plugin_error(&e).1, Some("request"), "{e}");
 }
 
-/// A loopback Prometheus answering instant queries: 1 for the health query (`up`), `value` for
-/// the trigger query, for `count` requests.
-fn fake_prometheus(value: &'static str, count: usize) -> (String, std::thread::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let handle = std::thread::spawn(move || {
-        for stream in listener.incoming().take(count) {
-            let mut s = stream.unwrap();
-            let mut buf = [0u8; 8192];
-            let n = s.read(&mut buf).unwrap_or(0);
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let v = if head.contains("min_over_time") {
-                "1"
-            } else {
-                value
-            };
-            let body = format!(
-                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[1795424400,"{v}"]}}]}}}}"#
-            );
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (addr, handle)
-}
-
 #[tokio::test]
 async fn default_plugins_decide_through_the_host() {
     let dr = load("dr-lease", |_| {});
@@ -545,16 +515,16 @@ async fn default_plugins_decide_through_the_host() {
     let d = call(&restart, request).await.unwrap();
     assert_eq!(restarts(&d), [true], "{d}");
 
-    let (prometheus, server) = fake_prometheus("0.2", 2);
+    let prometheus = QueryStub::start("0.2");
     let scaling = load("scaling-prometheus", |s| {
-        s.grants.allowed_hosts = vec![prometheus.clone()];
+        s.grants.allowed_hosts = vec![prometheus.addr.clone()];
     });
     let metadata = json!({"query": "sum(rate(http_requests_total[1m]))",
-                          "serverAddress": format!("http://{prometheus}"), "threshold": "0.5"});
+                          "serverAddress": format!("http://{}", prometheus.addr), "threshold": "0.5"});
     let mut req = trigger(metadata, 1_795_424_400_000);
     req["trigger_type"] = json!("prometheus");
     let v = call(&scaling, req).await.unwrap();
     assert_eq!(v["vote"], "Down", "0.2 is below the threshold: {v}");
     assert_eq!(v["value"], 0.2, "{v}");
-    server.join().unwrap();
+    assert_eq!(prometheus.served(), 2, "the health query and the trigger's");
 }

@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,25 +36,9 @@ impl Exporter {
         let addr = listener.local_addr().expect("exporter address").to_string();
         let body = Arc::new(Mutex::new(String::new()));
         let served = body.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut buf = [0u8; 4096];
-                let mut request = Vec::new();
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let text = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                    text.len()
-                );
-            }
+        serve(listener, move |_| {
+            let text = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            ("text/plain; version=0.0.4", text)
         });
         Self { addr, body }
     }
@@ -67,6 +52,76 @@ impl Exporter {
     pub fn set_gauge(&self, name: &str, value: f64) {
         self.set_body(format!("# TYPE {name} gauge\n{name} {value}\n"));
     }
+}
+
+/// Prometheus's instant-query API on `127.0.0.1` for plugin calls without a Prometheus process:
+/// every request is answered with a vector of one sample, `1` for the health query of the
+/// `scaling-prometheus` plugin (`min_over_time(...)`) and `value` for any other. One request per
+/// connection, as `wasi:http` sends them; its thread lives as long as the process.
+pub struct QueryStub {
+    /// `127.0.0.1:PORT`, the `serverAddress` authority and the grant.
+    pub addr: String,
+    served: Arc<AtomicUsize>,
+}
+
+impl QueryStub {
+    /// Starts the stub.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub fn start(value: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the query stub");
+        let addr = listener.local_addr().expect("stub address").to_string();
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        serve(listener, move |request| {
+            count.fetch_add(1, Ordering::Relaxed);
+            let v = if request.contains("min_over_time") {
+                "1"
+            } else {
+                value
+            };
+            let body = serde_json::json!({
+                "status": "success",
+                "data": {
+                    "resultType": "vector",
+                    "result": [{"metric": {}, "value": [1_795_424_400, v]}],
+                },
+            });
+            ("application/json", body.to_string())
+        });
+        Self { addr, served }
+    }
+
+    /// How many queries it has answered.
+    pub fn served(&self) -> usize {
+        self.served.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves `listener` on a thread that lives as long as the process: reads each connection's
+/// request head, answers `200` with the content type and body `answer` gives for it, closes.
+fn serve(listener: TcpListener, answer: impl Fn(&str) -> (&'static str, String) + Send + 'static) {
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let mut request = Vec::new();
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let (content_type, body) = answer(&String::from_utf8_lossy(&request));
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
 }
 
 /// A Prometheus server on `127.0.0.1` scraping one exporter every second; killed on drop.
