@@ -209,6 +209,16 @@ enum Poll {
     Fresh,
 }
 
+impl Poll {
+    /// The row's input: `busy` for back-to-back calls, else the fresh-poll variant of it.
+    fn input(self, busy: &'static str) -> &'static str {
+        match self {
+            Poll::Busy => busy,
+            Poll::Fresh => "the same, each call from a fresh poll",
+        }
+    }
+}
+
 /// [`time_async`], reaching each call as `poll` says.
 async fn time_polled<F, Fut, R>(poll: Poll, mut call: F, check: impl Fn(R)) -> Samples
 where
@@ -356,10 +366,7 @@ fn bench_routing(rt: &Runtime, registry: &Registry, poll: Poll) -> CallRow {
     let native = time_native(|| route_native(NO_SETTINGS, &native_req, &vs));
     CallRow {
         plugin: "routing-istio",
-        input: match poll {
-            Poll::Busy => "VirtualService, 10 routes, 2 matches",
-            Poll::Fresh => "the same, each call from a fresh poll",
-        },
+        input: poll.input("VirtualService, 10 routes, 2 matches"),
         wasm,
         native: Some(native),
         comparable: true,
@@ -711,10 +718,7 @@ fn bench_dispatch_in_place(rt: &Runtime, poll: Poll) -> CallRow {
     });
     CallRow {
         plugin: "(reference)",
-        input: match poll {
-            Poll::Busy => "semaphore + block_in_place, no-op",
-            Poll::Fresh => "the same, each call from a fresh poll",
-        },
+        input: poll.input("semaphore + block_in_place, no-op"),
         wasm,
         native: None,
         comparable: false,
