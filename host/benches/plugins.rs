@@ -5,21 +5,20 @@
 //!
 //! 1. **Per-call latency.** Each default plugin is called the way the operator calls it:
 //!    `Plugin::route`, `evaluate`, `check` or `vote` from a task on a worker thread of a
-//!    2-thread runtime, which acquires the runtime's semaphore, leaves the executor
-//!    (`block_in_place`), builds a fresh `Store`, instantiates the component and calls it.
+//!    2-thread runtime, which acquires the runtime's semaphore, builds a fresh `Store`,
+//!    instantiates the component and calls it, all in the calling task (wasmtime's async API;
+//!    a call leaves the executor only once it has computed for a whole epoch tick).
 //!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to
 //!    the same logic called natively (the plugin crates as Rust libraries, including the JSON
 //!    parsing and serialization the component does) and the ratio wasm/native; with the pooling
 //!    allocator (the default), then with on-demand allocation. The restart hook judges a page of
 //!    pods per call: it is measured with one pod (one decision, as each other row makes) and
-//!    with a page of 30, whose cost per pod is printed too. The blocking part of a call is
-//!    private to the host, so it is not timed alone; for scale, the table also shows the
-//!    semaphore + hand-off of a no-op: `block_in_place` (the host's), and for comparison
-//!    `spawn_blocking` and threads of its own fed through a channel. Rows call back to back in
-//!    one task, so `block_in_place` hands the worker's core off only at the first call after
-//!    each cooperative-budget yield (one call in 128); the routing row and the no-op are
-//!    measured again with the task yielding before each call (untimed), as a reconcile reaches
-//!    its call from a fresh poll.
+//!    with a page of 30, whose cost per pod is printed too. For comparison, the table also
+//!    shows what handing a no-op to another thread costs with the semaphore: `block_in_place`
+//!    (which the host used before it called plugins in the calling task), `spawn_blocking` and
+//!    threads of its own fed through a channel. Rows call back to back in one task; the routing
+//!    row and the `block_in_place` no-op are measured again with the task yielding before each
+//!    call (untimed), as a reconcile reaches its call from a fresh poll.
 //!    `scaling-prometheus` votes with two Prometheus instant queries: both sides send them to a
 //!    Prometheus stub on 127.0.0.1 (granted in `allowedHosts`), each over a new connection as
 //!    `wasi:http` opens one per request; the native side sends them with hyper's client, its
@@ -95,7 +94,7 @@ fn main() {
 
     let pooled = bench_calls(&rt, &root.path.join("calls"), true);
     let calls = bench_calls(&rt, &root.path.join("calls"), false);
-    let loads = bench_loads(&root.path.join("loads"));
+    let loads = bench_loads(&rt, &root.path.join("loads"));
     let ready = bench_ready(&rt, &root.path.join("ready"));
 
     print_calls(&pooled, "pooling instance allocation (the default)");
@@ -201,11 +200,12 @@ where
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Poll {
     /// Calls back to back in one poll of the task, until tokio's cooperative budget (128
-    /// operations) makes it yield: `block_in_place` hands the worker's core to another thread
-    /// at the first call after each yield only.
+    /// operations) makes it yield (so `block_in_place` hands the worker's core to another
+    /// thread at the first call after each yield only).
     Busy,
     /// The task yields before each call (outside the timed part), so every call starts from a
-    /// new poll, as a reconcile's call does, and `block_in_place` hands the core off every time.
+    /// new poll, as a reconcile's call does: the task may resume on the other worker thread,
+    /// and `block_in_place` hands the core off every time.
     Fresh,
 }
 
@@ -557,7 +557,9 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
     let wasm_bytes = builtin::find("scaling-prometheus")
         .expect("builtin scaling-prometheus")
         .wasm;
-    let plugin = runtime.load(&spec, wasm_bytes).expect("scaling-prometheus");
+    let plugin = rt
+        .block_on(runtime.load(&spec, wasm_bytes))
+        .expect("scaling-prometheus");
     let request = TriggerRequest {
         elastic_service: "shop/reviews".into(),
         trigger_type: scaling_prometheus::TRIGGER_TYPE.into(),
@@ -698,8 +700,9 @@ fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
     }
 }
 
-/// The host's hand-off alone: the semaphore and `block_in_place` of a no-op, which runs the
-/// call on the reconciler's own thread and moves the executor's other tasks elsewhere.
+/// An alternative hand-off, measured for comparison: the semaphore and `block_in_place` of a
+/// no-op, which runs it on the task's own thread and moves the executor's other tasks to
+/// another thread (the host's way before calls ran in the calling task).
 fn bench_dispatch_in_place(rt: &Runtime, poll: Poll) -> CallRow {
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
     let wasm = on_worker(rt, async move {
@@ -717,7 +720,7 @@ fn bench_dispatch_in_place(rt: &Runtime, poll: Poll) -> CallRow {
         .await
     });
     CallRow {
-        plugin: "(reference)",
+        plugin: "(alternative)",
         input: poll.input("semaphore + block_in_place, no-op"),
         wasm,
         native: None,
@@ -990,7 +993,7 @@ struct LoadRow {
     warm: Duration,
 }
 
-fn bench_loads(root: &Path) -> Vec<LoadRow> {
+fn bench_loads(rt: &Runtime, root: &Path) -> Vec<LoadRow> {
     builtin::BUILTINS
         .iter()
         .map(|b| {
@@ -998,13 +1001,13 @@ fn bench_loads(root: &Path) -> Vec<LoadRow> {
             let (mut cold, mut warm) = (Vec::new(), Vec::new());
             for round in 0..LOAD_ROUNDS {
                 let dir = root.join(format!("{}-{round}", b.name));
-                cold.push(timed_load(&runtime_with_cache(&dir), &spec, b.wasm));
+                cold.push(timed_load(rt, &runtime_with_cache(&dir), &spec, b.wasm));
                 assert!(
                     has_artifact(&dir),
                     "{}: the cold load wrote no artifact",
                     b.name
                 );
-                warm.push(timed_load(&runtime_with_cache(&dir), &spec, b.wasm));
+                warm.push(timed_load(rt, &runtime_with_cache(&dir), &spec, b.wasm));
             }
             LoadRow {
                 plugin: b.name,
@@ -1016,9 +1019,16 @@ fn bench_loads(root: &Path) -> Vec<LoadRow> {
         .collect()
 }
 
-fn timed_load(runtime: &Arc<PluginRuntime>, spec: &PluginSpec, wasm: &[u8]) -> Duration {
+fn timed_load(
+    rt: &Runtime,
+    runtime: &Arc<PluginRuntime>,
+    spec: &PluginSpec,
+    wasm: &[u8],
+) -> Duration {
     let started = Instant::now();
-    let plugin = runtime.load(spec, wasm).expect("builtin loads");
+    let plugin = rt
+        .block_on(runtime.load(spec, wasm))
+        .expect("builtin loads");
     let elapsed = started.elapsed();
     drop(plugin);
     elapsed
@@ -1172,18 +1182,18 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
         "   127.0.0.1, each over a new connection (wasm: wasi:http; native: hyper, pool off)."
     );
     println!(
-        "   (reference): the semaphore + block_in_place every call pays; (alternative): other"
+        "   Calls run in the calling task (async, off the executor only after a whole epoch tick);"
     );
-    println!(
-        "   hand-offs to a thread, for comparison. The blocking part of a call is not timed alone."
-    );
+    println!("   (alternative): what handing a no-op to another thread would add, for comparison.");
     println!(
         "   Rows run calls back to back in one task; \"each call from a fresh poll\": the task yields"
     );
     println!(
-        "   before each call (untimed), as a reconcile reaches its call, so block_in_place hands the"
+        "   before each call (untimed), as a reconcile reaches its call, so it may resume on the"
     );
-    println!("   worker's core to another thread every time, not once per 128 calls.");
+    println!(
+        "   other worker, and block_in_place hands the worker's core off every time, not once per 128."
+    );
     println!();
 }
 

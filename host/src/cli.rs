@@ -158,8 +158,7 @@ async fn plugin_check(file: &Path, hook: Option<Hook>, settings: &str) -> anyhow
     for h in hooks {
         let mut spec = PluginSpec::new(&name, h, &format!("file://{}", file.display()));
         spec.settings = Some(settings.clone());
-        let (rt, b, s) = (runtime.clone(), bytes.clone(), spec.clone());
-        match tokio::task::spawn_blocking(move || rt.load(&s, &b)).await? {
+        match runtime.load(&spec, &bytes).await {
             Ok(p) => {
                 let (pname, version) = p.info();
                 println!(
@@ -212,8 +211,7 @@ pub(crate) async fn load_for_cli(
         .map_err(anyhow::Error::msg)?;
     let mut spec = PluginSpec::new(&name, hook, plugin);
     spec.settings = Some(settings);
-    let rt = runtime.clone();
-    Ok(tokio::task::spawn_blocking(move || rt.load(&spec, &bytes)).await??)
+    Ok(runtime.load(&spec, &bytes).await?)
 }
 
 async fn plugin_run(hook: Hook, plugin: &str, input: &Path, settings: &str) -> anyhow::Result<()> {

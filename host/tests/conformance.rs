@@ -186,7 +186,7 @@ fn every_plugin_passes_wasmop_plugin_check() {
 }
 
 /// The component loaded as a registry entry with production limits and no grants.
-fn load(name: &str, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
+async fn load(name: &str, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
     checked().as_ref().expect("plugin check passed");
     let c = component(name);
     let runtime = PluginRuntime::new(RuntimeOptions {
@@ -203,7 +203,7 @@ fn load(name: &str, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
         "production limits"
     );
     let bytes = std::fs::read(&c.file).expect("read the component");
-    runtime.load(&spec, &bytes).expect("load")
+    runtime.load(&spec, &bytes).await.expect("load")
 }
 
 /// One call with `request` (the hook's WIT request record as JSON, as `wasmop plugin run`
@@ -259,7 +259,7 @@ fn reviews_vs() -> Value {
 
 #[tokio::test]
 async fn rust_canary_router_sends_matches_and_a_share_of_the_rest_to_the_subset() {
-    let p = load("canary-router", |_| {});
+    let p = load("canary-router", |_| {}).await;
     let out = call(&p, route_request(&reviews_vs())).await.unwrap();
     let http: Value = serde_json::from_str(out["http"].as_str().unwrap()).unwrap();
     assert_eq!(http.as_array().unwrap().len(), 3, "{http}");
@@ -292,7 +292,7 @@ fn trigger(metadata: Value, now: i64) -> Value {
 
 #[tokio::test]
 async fn python_schedule_scaler_votes_by_time_of_day() {
-    let p = load("schedule-scaler", |_| {});
+    let p = load("schedule-scaler", |_| {}).await;
     let office = json!({"windows": ["Mon-Fri 08:00-18:00"], "utcOffset": "+01:00"});
     // Unix ms of local times at UTC+01:00.
     let cases = [
@@ -358,7 +358,7 @@ fn restarts(decisions: &Value) -> Vec<bool> {
 
 #[tokio::test]
 async fn javascript_annotation_restart_restarts_pods_started_before_the_request() {
-    let p = load("annotation-restart", |_| {});
+    let p = load("annotation-restart", |_| {}).await;
     let key = "example.com/restart-requested-at";
     let pods = [
         pod(
@@ -396,7 +396,7 @@ async fn javascript_annotation_restart_restarts_pods_started_before_the_request(
 
 #[tokio::test]
 async fn go_max_age_restart_restarts_pods_older_than_the_maximum() {
-    let p = load("max-age-restart", |_| {});
+    let p = load("max-age-restart", |_| {}).await;
     let pods = [
         pod("old", json!({}), "2020-01-01T00:00:00Z"),
         pod(
@@ -438,7 +438,7 @@ fn tick(now: i64, lease: Value) -> Value {
 
 #[tokio::test]
 async fn c_business_hours_dr_holds_the_lease_only_in_business_hours() {
-    let p = load("business-hours-dr", |_| {});
+    let p = load("business-hours-dr", |_| {}).await;
     let (monday_10, monday_20, saturday_10) = (
         1_795_424_400_000_i64,
         1_795_460_400_000_i64,
@@ -486,7 +486,7 @@ async fn c_business_hours_dr_holds_the_lease_only_in_business_hours() {
 
 #[tokio::test]
 async fn default_plugins_decide_through_the_host() {
-    let dr = load("dr-lease", |_| {});
+    let dr = load("dr-lease", |_| {}).await;
     let d = call(&dr, tick(100_000, Value::Null)).await.unwrap();
     assert_eq!(
         (d["state"].as_str(), d["action"].as_str()),
@@ -494,7 +494,7 @@ async fn default_plugins_decide_through_the_host() {
         "{d}"
     );
 
-    let routing = load("routing-istio", |_| {});
+    let routing = load("routing-istio", |_| {}).await;
     let out = call(&routing, route_request(&reviews_vs())).await.unwrap();
     let http: Value = serde_json::from_str(out["http"].as_str().unwrap()).unwrap();
     assert_eq!(
@@ -503,7 +503,7 @@ async fn default_plugins_decide_through_the_host() {
     );
     assert_eq!(http[1]["name"], "default", "{http}");
 
-    let restart = load("restart-sidecar", |_| {});
+    let restart = load("restart-sidecar", |_| {}).await;
     let mut sidecar = pod(
         "meshed",
         json!({"sidecar.istio.io/status": "{}"}),
@@ -518,7 +518,8 @@ async fn default_plugins_decide_through_the_host() {
     let prometheus = QueryStub::start("0.2");
     let scaling = load("scaling-prometheus", |s| {
         s.grants.allowed_hosts = vec![prometheus.addr.clone()];
-    });
+    })
+    .await;
     let metadata = json!({"query": "sum(rate(http_requests_total[1m]))",
                           "serverAddress": format!("http://{}", prometheus.addr), "threshold": "0.5"});
     let mut req = trigger(metadata, 1_795_424_400_000);

@@ -27,11 +27,11 @@ fn runtime() -> Arc<PluginRuntime> {
     .unwrap()
 }
 
-fn hostile(rt: &Arc<PluginRuntime>, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
+async fn hostile(rt: &Arc<PluginRuntime>, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
     let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
     let mut spec = PluginSpec::new("hostile", Hook::Routing, "file:///hostile.wasm");
     edit(&mut spec);
-    rt.load(&spec, &bytes).unwrap()
+    rt.load(&spec, &bytes).await.unwrap()
 }
 
 fn request(behaviour: &str, param: &str) -> RouteRequest {
@@ -68,7 +68,7 @@ async fn fails(p: &Arc<Plugin>, behaviour: &str, param: &str) -> CallError {
 #[tokio::test]
 async fn infinite_loop_times_out_within_twice_the_deadline() {
     let rt = runtime();
-    let p = hostile(&rt, |_| {});
+    let p = hostile(&rt, |_| {}).await;
     let started = Instant::now();
     let e = p.route(request("loop", "")).await.unwrap_err();
     let elapsed = started.elapsed();
@@ -81,7 +81,7 @@ async fn infinite_loop_times_out_within_twice_the_deadline() {
 #[tokio::test]
 async fn memory_growth_hits_the_limit() {
     let rt = runtime();
-    let p = hostile(&rt, |s| s.limits.memory_mib = 16);
+    let p = hostile(&rt, |s| s.limits.memory_mib = 16).await;
     let e = fails(&p, "oom", "").await;
     assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
     assert!(e.to_string().contains("out of memory"), "{e}");
@@ -90,7 +90,7 @@ async fn memory_growth_hits_the_limit() {
 #[tokio::test]
 async fn a_panic_is_a_trap_with_its_message() {
     let rt = runtime();
-    let p = hostile(&rt, |_| {});
+    let p = hostile(&rt, |_| {}).await;
     let e = fails(&p, "trap", "").await;
     assert!(
         matches!(&e.failure, Failure::Trap(m) if m.contains("unreachable")),
@@ -102,7 +102,7 @@ async fn a_panic_is_a_trap_with_its_message() {
 async fn oversized_output_is_rejected() {
     let rt = runtime();
     // 2 MiB of output against the default 1 MiB cap.
-    let p = hostile(&rt, |_| {});
+    let p = hostile(&rt, |_| {}).await;
     let e = fails(&p, "huge", "2").await;
     assert_eq!(
         e.failure,
@@ -116,7 +116,8 @@ async fn oversized_output_is_rejected() {
     let big = hostile(&rt, |s| {
         s.limits.memory_mib = 256;
         s.limits.timeout_ms = 20_000;
-    });
+    })
+    .await;
     let e = fails(&big, "huge", "100").await;
     assert!(
         matches!(
@@ -128,7 +129,7 @@ async fn oversized_output_is_rejected() {
         ),
         "{e}"
     );
-    let small = hostile(&rt, |s| s.limits.timeout_ms = 20_000);
+    let small = hostile(&rt, |s| s.limits.timeout_ms = 20_000).await;
     let e = fails(&small, "huge", "100").await;
     assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 64 }, "{e}");
 }
@@ -138,12 +139,12 @@ async fn a_component_of_another_world_is_refused_at_load() {
     let rt = runtime();
     let dr = builtin::find("dr-lease").unwrap();
     let spec = PluginSpec::new("dr-as-router", Hook::Routing, "builtin://dr-lease");
-    let e = rt.load(&spec, dr.wasm).unwrap_err();
+    let e = rt.load(&spec, dr.wasm).await.unwrap_err();
     assert!(
         e.message.contains("does not export the router world"),
         "{e}"
     );
-    let garbage = rt.load(&spec, b"\0asm not really").unwrap_err();
+    let garbage = rt.load(&spec, b"\0asm not really").await.unwrap_err();
     assert!(
         garbage.message.contains("not a valid component"),
         "{garbage}"
@@ -172,7 +173,7 @@ async fn outbound_http_only_to_allowed_hosts() {
     let rt = runtime();
     let (allowed, server) = serve_ok(1);
     let (other, _other_server) = serve_ok(1);
-    let p = hostile(&rt, |s| s.grants.allowed_hosts = vec![allowed.clone()]);
+    let p = hostile(&rt, |s| s.grants.allowed_hosts = vec![allowed.clone()]).await;
     p.route(request("http", &format!("http://{allowed}/")))
         .await
         .expect("an allowed loopback host succeeds");
@@ -180,12 +181,46 @@ async fn outbound_http_only_to_allowed_hosts() {
     let e = fails(&p, "http", &format!("http://{other}/")).await;
     assert_eq!(e.failure, Failure::DeniedHost(vec![other.clone()]), "{e}");
     assert!(e.to_string().contains("not in grants.allowedHosts"), "{e}");
-    let nothing = hostile(&rt, |_| {});
+    let nothing = hostile(&rt, |_| {}).await;
     let e = fails(&nothing, "http", &format!("http://{allowed}/")).await;
     assert!(
         matches!(e.failure, Failure::DeniedHost(_)),
         "nothing is granted by default: {e}"
     );
+}
+
+/// A loopback server that accepts connections and never answers.
+fn serve_silence() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    addr
+}
+
+/// Epochs cannot interrupt a call waiting in the host (here on an allowed host that never
+/// answers), so the whole call is capped too: it fails as a timeout within twice its limit.
+#[tokio::test]
+async fn a_call_waiting_on_a_silent_host_times_out() {
+    let rt = runtime();
+    let silent = serve_silence();
+    let (answering, server) = serve_ok(1);
+    let p = hostile(&rt, |s| {
+        s.grants.allowed_hosts = vec![silent.clone(), answering.clone()];
+        s.limits.timeout_ms = 200;
+    })
+    .await;
+    let started = Instant::now();
+    let e = fails(&p, "http", &format!("http://{silent}/")).await;
+    let elapsed = started.elapsed();
+    assert_eq!(e.failure, Failure::Timeout { limit_ms: 200 }, "{e}");
+    assert!(elapsed < Duration::from_millis(400), "took {elapsed:?}");
+    p.route(request("http", &format!("http://{answering}/")))
+        .await
+        .expect("the next call is served");
+    server.join().unwrap();
 }
 
 #[tokio::test]
@@ -196,7 +231,8 @@ async fn files_only_inside_the_read_only_dir() {
     std::fs::write(dir.join("allowed.txt"), "hello").unwrap();
     let p = hostile(&rt, |s| {
         s.grants.read_only_dir = Some(dir.display().to_string())
-    });
+    })
+    .await;
     p.route(request("read", "/data/allowed.txt"))
         .await
         .expect("reading inside readOnlyDir works");
@@ -211,14 +247,14 @@ async fn files_only_inside_the_read_only_dir() {
         matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("read /etc/passwd")),
         "{e}"
     );
-    let none = hostile(&rt, |_| {});
+    let none = hostile(&rt, |_| {}).await;
     fails(&none, "read", "/data/allowed.txt").await;
 }
 
 #[tokio::test]
 async fn plugin_logs_are_capped() {
     let rt = runtime();
-    let p = hostile(&rt, |_| {});
+    let p = hostile(&rt, |_| {}).await;
     // 1,000 lines of 1 KiB: the host keeps 64 KiB and the call still succeeds.
     p.route(request("log", "1000"))
         .await
@@ -346,7 +382,7 @@ async fn compiled_components_are_cached_by_digest() {
     .unwrap();
     let b = builtin::find("dr-lease").unwrap();
     let spec = PluginSpec::new("dr", Hook::Dr, "builtin://dr-lease");
-    rt.load(&spec, b.wasm).unwrap();
+    rt.load(&spec, b.wasm).await.unwrap();
     let digest = sha256_hex(b.wasm);
     let artifact = std::fs::read_dir(&dir)
         .unwrap()
@@ -364,6 +400,7 @@ async fn compiled_components_are_cached_by_digest() {
     // A tampered artifact is not loaded: the host recompiles and still works.
     std::fs::write(&artifact, b"tampered").unwrap();
     rt.load(&spec, b.wasm)
+        .await
         .expect("recompiles when the artifact does not match its recorded digest");
     assert_ne!(
         std::fs::read(&artifact).unwrap(),
@@ -375,6 +412,7 @@ async fn compiled_components_are_cached_by_digest() {
     wrong.sha256 = Some("00".repeat(32));
     assert!(
         rt.load(&wrong, b.wasm)
+            .await
             .unwrap_err()
             .message
             .contains("sha256 mismatch")
@@ -390,21 +428,23 @@ async fn entries_of_one_component_share_one_pre_instance() {
             &PluginSpec::new("a", Hook::Routing, "builtin://routing-istio"),
             b.wasm,
         )
+        .await
         .unwrap();
     let mut with_settings = PluginSpec::new("b", Hook::Routing, "builtin://routing-istio");
     with_settings.settings = Some(serde_json::json!({"responseHeader": "x-env"}));
-    let b2 = rt.load(&with_settings, b.wasm).unwrap();
+    let b2 = rt.load(&with_settings, b.wasm).await.unwrap();
     assert!(a.shares_code_with(&b2), "same digest, same pre-instance");
     let other = rt
         .load(
             &PluginSpec::new("c", Hook::Dr, "builtin://dr-lease"),
             builtin::find("dr-lease").unwrap().wasm,
         )
+        .await
         .unwrap();
     assert!(!a.shares_code_with(&other));
     let mut bad = PluginSpec::new("d", Hook::Routing, "builtin://routing-istio");
     bad.settings = Some(serde_json::json!({"colour": "red"}));
-    let e = rt.load(&bad, b.wasm).unwrap_err();
+    let e = rt.load(&bad, b.wasm).await.unwrap_err();
     assert!(
         e.message.contains("settings rejected") && e.message.contains("colour"),
         "{e}"
@@ -412,8 +452,9 @@ async fn entries_of_one_component_share_one_pre_instance() {
 }
 
 /// The operator's setting: the pooling allocator (the default) on a multi-thread runtime,
-/// where calls run in place on a worker thread. The limits hold, and the executor's other
-/// tasks keep running while a call loops until its deadline, even with one worker thread.
+/// where a call runs in the calling task until it has computed for a whole epoch tick, then
+/// off the executor. The limits hold, and the executor's other tasks keep running while a call
+/// loops until its deadline, even with one worker thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     let dir = std::env::temp_dir().join(format!("wasmop-pooling-{}", std::process::id()));
@@ -423,7 +464,7 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
         ..RuntimeOptions::default()
     })
     .unwrap();
-    let p = hostile(&rt, |s| s.limits.memory_mib = 16);
+    let p = hostile(&rt, |s| s.limits.memory_mib = 16).await;
     let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ticker = tokio::spawn({
         let ticks = ticks.clone();
@@ -568,15 +609,21 @@ fn sidecar_pod(i: usize) -> serde_json::Value {
 #[tokio::test]
 async fn default_plugins_serve_usual_calls_without_growing_memory() {
     let rt = runtime();
-    let load = |name: &str, hook: Hook, builtin_name: &str| {
+    async fn load(
+        rt: &Arc<PluginRuntime>,
+        name: &str,
+        hook: Hook,
+        builtin_name: &str,
+    ) -> Arc<Plugin> {
         let source = format!("builtin://{builtin_name}");
         rt.load(
             &PluginSpec::new(name, hook, &source),
             builtin::find(builtin_name).unwrap().wasm,
         )
+        .await
         .unwrap()
-    };
-    let routing = load("routing-memory", Hook::Routing, "routing-istio");
+    }
+    let routing = load(&rt, "routing-memory", Hook::Routing, "routing-istio").await;
     let mut req = request("feature-42", "reviews");
     req.namespace = "shop".into();
     req.virtual_service = virtual_service(50);
@@ -595,7 +642,7 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
         routes.len()
     );
 
-    let restart = load("restart-memory", Hook::Restart, "restart-sidecar");
+    let restart = load(&rt, "restart-memory", Hook::Restart, "restart-sidecar").await;
     let pods: Vec<serde_json::Value> = (0..100).map(sidecar_pod).collect();
     let page = serde_json::Value::Array(pods).to_string();
     assert!(page.len() > 200_000, "a page of {} bytes", page.len());
@@ -636,7 +683,10 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
     // The declared 4 MiB count against the limit: a smaller one refuses the plugin at load.
     let mut small = PluginSpec::new("routing-small", Hook::Routing, "builtin://routing-istio");
     small.limits.memory_mib = 3;
-    let Err(e) = rt.load(&small, builtin::find("routing-istio").unwrap().wasm) else {
+    let Err(e) = rt
+        .load(&small, builtin::find("routing-istio").unwrap().wasm)
+        .await
+    else {
         panic!("3 MiB is less than the plugin declares");
     };
     assert!(
@@ -648,7 +698,8 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
     let bomb = hostile(&rt, |s| {
         s.name = "hostile-memory".into();
         s.limits.memory_mib = 16;
-    });
+    })
+    .await;
     let e = bomb.route(request("oom", "")).await.unwrap_err();
     assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
     assert_eq!(

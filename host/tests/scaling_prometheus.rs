@@ -15,7 +15,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// The health window: the exporter must have been up this long before a vote is given.
 const COOLDOWN_SECONDS: u32 = 2;
 
-fn scaler(allowed: &[&str]) -> Arc<Plugin> {
+async fn scaler(allowed: &[&str]) -> Arc<Plugin> {
     let rt = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(std::env::temp_dir().join(format!(
             "wasmop-scaling-prometheus-tests-{}",
@@ -29,6 +29,7 @@ fn scaler(allowed: &[&str]) -> Arc<Plugin> {
     spec.grants.allowed_hosts = allowed.iter().map(|s| (*s).to_owned()).collect();
     spec.limits.timeout_ms = 5000;
     rt.load(&spec, builtin::find("scaling-prometheus").unwrap().wasm)
+        .await
         .unwrap()
 }
 
@@ -53,7 +54,7 @@ async fn votes_follow_the_exported_value_and_bad_results_are_errors() {
     let exporter = Exporter::start();
     exporter.set_gauge("wasmop_test_load", 5.0);
     let prom = Prometheus::start(&exporter).await;
-    let plugin = scaler(&[prom.addr.as_str()]);
+    let plugin = scaler(&[prom.addr.as_str()]).await;
 
     // Until the exporter has been up for a whole cooldown, there is no vote.
     // (Prometheus has just started: the first sample of `up` is younger than the window
@@ -119,14 +120,14 @@ async fn votes_follow_the_exported_value_and_bad_results_are_errors() {
     );
 }
 
-/// On a multi-thread runtime (the operator's) a call runs in place on a worker thread; the
-/// plugin's requests to Prometheus still go out and come back.
+/// On a multi-thread runtime (the operator's) a call runs in the calling task on a worker
+/// thread, its `wasi:http` requests awaited there; they go out and come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn votes_from_a_worker_thread() {
     let exporter = Exporter::start();
     exporter.set_gauge("wasmop_test_load", 5.0);
     let prom = Prometheus::start(&exporter).await;
-    let plugin = scaler(&[prom.addr.as_str()]);
+    let plugin = scaler(&[prom.addr.as_str()]).await;
     let request = trigger(&prom, "sum(wasmop_test_load)", "1".into());
     // Each attempt on a worker thread, as the scaling poller runs.
     let up = eventually("an up vote from a worker thread", TIMEOUT, async || {
@@ -145,7 +146,7 @@ async fn an_unhealthy_scrape_target_gives_no_vote() {
     let exporter = Exporter::start();
     exporter.set_gauge("wasmop_test_load", 0.0);
     let prom = Prometheus::start(&exporter).await;
-    let plugin = scaler(&[prom.addr.as_str()]);
+    let plugin = scaler(&[prom.addr.as_str()]).await;
     // `up` of a job that does not exist is 0 (`or vector(0)`): the health check fails and the
     // trigger query, whose value would vote down, is not counted.
     let mut request = trigger(&prom, "sum(wasmop_test_load)", 1.into());
@@ -168,7 +169,7 @@ async fn prometheus_is_reached_only_when_granted() {
     let exporter = Exporter::start();
     exporter.set_gauge("wasmop_test_load", 0.0);
     let prom = Prometheus::start(&exporter).await;
-    let plugin = scaler(&["127.0.0.1:1"]);
+    let plugin = scaler(&["127.0.0.1:1"]).await;
     let e = plugin
         .vote(trigger(&prom, "sum(wasmop_test_load)", 1.into()))
         .await

@@ -8,6 +8,7 @@ pub mod router {
         world: "router",
         path: "../wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
     });
 }
 
@@ -17,6 +18,7 @@ pub mod scaler {
         world: "scaler",
         path: "../wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
         with: {
             "wasmop:plugin/types": super::router::wasmop::plugin::types,
             "wasmop:plugin/log": super::router::wasmop::plugin::log,
@@ -30,6 +32,7 @@ pub mod restart {
         world: "restart-predicate",
         path: "../wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
         with: {
             "wasmop:plugin/types": super::router::wasmop::plugin::types,
             "wasmop:plugin/log": super::router::wasmop::plugin::log,
@@ -43,6 +46,7 @@ pub mod dr {
         world: "state-checker",
         path: "../wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
         with: {
             "wasmop:plugin/types": super::router::wasmop::plugin::types,
             "wasmop:plugin/log": super::router::wasmop::plugin::log,

@@ -5,7 +5,7 @@
 //!   `plugins:` add plugins or replace a builtin of the same name.
 //! - `defaults:` picks the plugin per hook; a missing default is the hook's builtin.
 //! - A reload compiles only entries whose source, digest, settings, limits or grants changed,
-//!   off the async executor. An entry that fails keeps its last good version serving and its
+//!   on tokio's blocking pool. An entry that fails keeps its last good version serving and its
 //!   error is reported by [`Registry::status`] (for CR conditions) and in the reload report
 //!   (for the ConfigMap's Event).
 
@@ -503,16 +503,7 @@ impl Registry {
                 })?)
             }
         };
-        let runtime = self.runtime.clone();
-        let spec = spec.clone();
-        tokio::task::spawn_blocking(move || runtime.load(&spec, &bytes))
-            .await
-            .unwrap_or_else(|e| {
-                Err(LoadError {
-                    plugin: String::new(),
-                    message: format!("load task failed: {e}"),
-                })
-            })
+        self.runtime.load(spec, &bytes).await
     }
 }
 
