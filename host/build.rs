@@ -21,6 +21,7 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     for dir in [
         "plugins",
+        "tests/fixtures",
         "wit",
         "Cargo.lock",
         "Cargo.toml",

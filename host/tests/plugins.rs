@@ -223,6 +223,61 @@ async fn a_call_waiting_on_a_silent_host_times_out() {
     server.join().unwrap();
 }
 
+/// A router's answer must be a JSON array of objects; anything else fails the call as invalid
+/// output, saying which.
+#[tokio::test]
+async fn a_router_answer_that_is_not_an_array_of_routes_is_invalid_output() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    let routes = r#"[{"name":"a","route":[{"destination":{"host":"h"}}]},{}]"#;
+    let answer = p.route(request("answer", routes)).await.expect("routes");
+    assert_eq!(answer.http, routes);
+    let (_, parsed) = p.route_parsed(request("answer", routes)).await.unwrap();
+    assert_eq!(parsed.len(), 2);
+    for (http, says) in [
+        ("[1]", "must be a JSON array of HTTPRoute objects"),
+        (
+            r#"{"name":"a"}"#,
+            "must be a JSON array of HTTPRoute objects",
+        ),
+        (
+            r#"[{"name":"a"},"b"]"#,
+            "must be a JSON array of HTTPRoute objects",
+        ),
+        (r#"[{"name":"a"}"#, "is not JSON"),
+        ("", "is not JSON"),
+    ] {
+        let e = fails(&p, "answer", http).await;
+        assert!(
+            matches!(&e.failure, Failure::InvalidOutput(m) if m.contains(says)),
+            "{http:?}: {e}"
+        );
+        let e = p.route_parsed(request("answer", http)).await.unwrap_err();
+        assert!(
+            matches!(&e.failure, Failure::InvalidOutput(m) if m.contains(says)),
+            "{http:?} parsed: {e}"
+        );
+    }
+}
+
+/// A plugin sleeping in the host (a `wasi:clocks` poll) runs no wasm, so no epoch stops it;
+/// the wall-clock cap does, and a short sleep within the limit is served.
+#[tokio::test]
+async fn a_sleeping_call_is_stopped_at_its_deadline() {
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.timeout_ms = 200).await;
+    let started = Instant::now();
+    let e = fails(&p, "sleep", "60000").await;
+    let elapsed = started.elapsed();
+    assert_eq!(e.failure, Failure::Timeout { limit_ms: 200 }, "{e}");
+    assert!(elapsed < Duration::from_millis(400), "took {elapsed:?}");
+    let started = Instant::now();
+    p.route(request("sleep", "20"))
+        .await
+        .expect("a sleep within the limit is served");
+    assert!(started.elapsed() >= Duration::from_millis(20));
+}
+
 #[tokio::test]
 async fn files_only_inside_the_read_only_dir() {
     let rt = runtime();
