@@ -111,7 +111,9 @@ pub struct Limits {
     /// Linear memory cap in MiB (default 64).
     #[serde(rename = "memoryMiB")]
     pub memory_mib: u32,
-    /// Wall-clock cap per call in milliseconds (default 250), enforced by epoch deadline.
+    /// Wall-clock cap per call in milliseconds (default 250): an epoch deadline while the
+    /// guest runs, and the whole call (host I/O and sleeps included) dropped one epoch tick
+    /// after it.
     pub timeout_ms: u32,
     /// Cap on a call's output (route JSON, reasons, messages) in KiB (default 1024).
     #[serde(rename = "maxOutputKiB")]
