@@ -5,7 +5,7 @@
 //!    a tenth of them up to date but annotated with other proxy resources) are cut into pages of 30, 100 (the
 //!    default `limits.pageSize`) and 500 pods. Each page is judged the way the controller does
 //!    it: the page's JSON is encoded from the typed pods (`restart::pods::page_json`, timed as
-//!    "encode"), then `Plugin::evaluate` runs the builtin component (semaphore, blocking thread,
+//!    "encode"), then `Plugin::evaluate` runs the builtin component (semaphore, the calling task,
 //!    fresh `Store`, instantiation, call, decision check). Reported: per-page p50/p99 and the
 //!    total over all 10,000 pods, next to the same logic called natively
 //!    (`restart_sidecar::evaluate_request` on the same JSON) in the same run. Target: the
