@@ -774,7 +774,13 @@ impl Plugin {
             if ticks >= 2 {
                 ticked.store(true, Ordering::Relaxed);
             }
-            Ok(UpdateDeadline::Yield(1))
+            // tokio's own yield: the executor's other tasks and its I/O and timer driver run
+            // before the call resumes (wasmtime's plain `Yield` wakes the task at once, and a
+            // task that wakes itself runs again first).
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
         });
         let in_place = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
