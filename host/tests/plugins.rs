@@ -506,6 +506,31 @@ async fn entries_of_one_component_share_one_pre_instance() {
     );
 }
 
+/// A task on the current runtime that counts its wake-ups from 1 ms sleeps: how often the
+/// executor got to run it. Abort the handle when done.
+fn ticker() -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ticks.clone();
+    let handle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    (ticks, handle)
+}
+
+/// The ticks of a [`ticker`] while `p` loops until its deadline (which it must report).
+async fn ticks_during_a_loop(p: &Arc<Plugin>, ticks: &std::sync::atomic::AtomicUsize) -> usize {
+    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    let e = p.route(request("loop", "")).await.unwrap_err();
+    assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
+    ticks.load(std::sync::atomic::Ordering::Relaxed) - before
+}
+
 /// The operator's setting: the pooling allocator (the default) on a multi-thread runtime,
 /// where a call runs in the calling task until it has computed for a whole epoch tick, then
 /// off the executor. The limits hold, and while a call loops until its deadline the executor's
@@ -520,16 +545,7 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     })
     .unwrap();
     let p = hostile(&rt, |s| s.limits.memory_mib = 16).await;
-    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ticker = tokio::spawn({
-        let ticks = ticks.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    });
+    let (ticks, ticker) = ticker();
     // On a worker thread, as a reconcile runs.
     tokio::spawn(async move {
         p.route(request("ok", ""))
@@ -542,10 +558,7 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
             matches!(&e.failure, Failure::Trap(m) if m.contains("unreachable")),
             "{e}"
         );
-        let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
-        let e = p.route(request("loop", "")).await.unwrap_err();
-        assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
-        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        let during = ticks_during_a_loop(&p, &ticks).await;
         // In the calling task, yielding at each 10 ms epoch tick, the ticker would run at most
         // once per tick (25 times); off the executor it runs about every millisecond.
         assert!(
@@ -569,21 +582,9 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
 async fn a_looping_call_yields_to_the_other_tasks_at_every_tick() {
     let rt = runtime();
     let p = hostile(&rt, |_| {}).await;
-    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ticker = tokio::spawn({
-        let ticks = ticks.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    });
+    let (ticks, ticker) = ticker();
     tokio::task::yield_now().await;
-    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
-    let e = p.route(request("loop", "")).await.unwrap_err();
-    assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
-    let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let during = ticks_during_a_loop(&p, &ticks).await;
     assert!(
         during >= 5,
         "the ticker ran {during} times during a 250 ms call that yields every 10 ms"
