@@ -752,9 +752,9 @@ impl Plugin {
     /// later poll of it runs in `block_in_place`: a long call computes off the executor, while
     /// the usual call of tens of microseconds never hands the worker's core to another thread
     /// (handing every routing call off this way took it from 66 to 87 µs at the median and
-    /// from 107 to 140 µs at p99, `cargo bench --bench plugins`). The whole call, host I/O included (`wasi:http`,
-    /// which epochs cannot interrupt), is capped at `limits.timeoutMs` plus one tick of wall
-    /// clock too; past it the call fails as [`Failure::Timeout`].
+    /// from 107 to 140 µs at p99, `cargo bench --bench plugins`). The whole call, host I/O
+    /// included (`wasi:http`, which epochs cannot interrupt), is capped at `limits.timeoutMs`
+    /// plus one tick of wall clock too; past it the call fails as [`Failure::Timeout`].
     async fn call_in_store(&self, request: Request) -> Result<Response, CallError> {
         let limits = &self.spec.limits;
         let sandbox = Sandbox::new(&self.spec.name, limits, &self.spec.grants)
