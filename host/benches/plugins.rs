@@ -8,17 +8,22 @@
 //!    2-thread runtime, which acquires the runtime's semaphore, builds a fresh `Store`,
 //!    instantiates the component and calls it, all in the calling task (wasmtime's async API;
 //!    a call leaves the executor only once it has computed for a whole epoch tick).
-//!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to
-//!    the same logic called natively (the plugin crates as Rust libraries, including the JSON
-//!    parsing and serialization the component does) and the ratio wasm/native; with the pooling
-//!    allocator (the default), then with on-demand allocation. The restart hook judges a page of
-//!    pods per call: it is measured with one pod (one decision, as each other row makes) and
-//!    with a page of 30, whose cost per pod is printed too. For comparison, the table also
-//!    shows what handing a no-op to another thread costs with the semaphore: `block_in_place`
-//!    (which the host used before it called plugins in the calling task), `spawn_blocking` and
-//!    threads of its own fed through a channel. Rows call back to back in one task; the routing
-//!    row and the `block_in_place` no-op are measured again with the task yielding before each
-//!    call (untimed), as a reconcile reaches its call from a fresh poll.
+//!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to the
+//!    same logic called natively (the plugin crates as Rust libraries, including the JSON parsing
+//!    and serialization the component does, called from the same task) and the ratio wasm/native;
+//!    with the pooling allocator (the default), then with on-demand allocation. The two sides take
+//!    turns in blocks of [`BLOCK_CALLS`] calls, so that both see the same stretches of the
+//!    machine's time (a 2-core VM whose speed moves by up to 1.9x for seconds at a time); the
+//!    `drift` column, the slowest native block's median over the fastest's, shows how far it moved
+//!    during the row. The restart hook judges a page of pods per call: it is measured with one pod
+//!    (one decision, as each other row makes) and with a page of 30, whose cost per pod is printed
+//!    too. For comparison, the table also shows what handing a no-op to another thread costs with
+//!    the semaphore: `block_in_place` (which the host used before it called plugins in the calling
+//!    task), `spawn_blocking` and threads of its own fed through a channel; and, for reference, the
+//!    machine's own tail: register arithmetic as long as the routing call's median, with no memory,
+//!    no system calls and no WebAssembly. Rows call back to back in one task; the routing row and
+//!    the `block_in_place` no-op are measured again with the task yielding before each call
+//!    (untimed), as a reconcile reaches its call from a fresh poll.
 //!    `scaling-prometheus` votes with two Prometheus instant queries: both sides send them to a
 //!    Prometheus stub on 127.0.0.1 (granted in `allowedHosts`), each over a new connection as
 //!    `wasi:http` opens one per request; the native side sends them with hyper's client, its
@@ -51,8 +56,8 @@ use tokio::sync::Semaphore;
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{
     DrState, HeaderMatch, Hook, IstioMatch, Label, LeaseAction, LeaseRecord, PluginRuntime,
-    PluginSpec, RestartRequest, RouteRequest, RuntimeOptions, StateRequest, StringMatch,
-    TriggerRequest, builtin,
+    PluginSpec, PodDecision, RestartRequest, RouteRequest, RouteResponse, RuntimeOptions,
+    StateDecision, StateRequest, StringMatch, TriggerRequest, TriggerVote, builtin,
 };
 use wasmop_tests::prometheus::QueryStub;
 
@@ -171,31 +176,6 @@ impl Samples {
     }
 }
 
-/// Times `call` on the current thread: warm-up, then one sample per call.
-fn time_native<T>(mut call: impl FnMut() -> T) -> Samples {
-    for _ in 0..WARMUP_CALLS {
-        black_box(call());
-    }
-    let mut samples = Vec::with_capacity(MEASURED_CALLS);
-    for _ in 0..MEASURED_CALLS {
-        let started = Instant::now();
-        let out = black_box(call());
-        samples.push(started.elapsed());
-        drop(out);
-    }
-    Samples::new(samples)
-}
-
-/// Times the futures `call` makes, awaited one after another; `check` sees every result.
-/// The future is created (and its request cloned) before the clock starts.
-async fn time_async<F, Fut, R>(call: F, check: impl Fn(R)) -> Samples
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R>,
-{
-    time_polled(Poll::Busy, call, check).await
-}
-
 /// How the measuring task reaches each call.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Poll {
@@ -219,30 +199,109 @@ impl Poll {
     }
 }
 
-/// [`time_async`], reaching each call as `poll` says.
-async fn time_polled<F, Fut, R>(poll: Poll, mut call: F, check: impl Fn(R)) -> Samples
+/// Calls per block of a paired series ([`time_paired`]).
+const BLOCK_CALLS: usize = 200;
+
+/// One side of a measurement: times one call at a time, from a task.
+trait Side {
+    /// One call, reached as `poll` says; only the call itself is timed.
+    fn time(&mut self, poll: Poll) -> impl Future<Output = Duration> + Send;
+}
+
+/// Awaited calls: `.0` makes the future (and clones its request) before the clock starts,
+/// `.1` sees every result after it stops.
+struct Awaited<F, C>(F, C);
+
+impl<F, Fut, C> Side for Awaited<F, C>
 where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R>,
+    F: FnMut() -> Fut + Send,
+    Fut: Future + Send,
+    C: Fn(Fut::Output) + Send,
 {
-    for _ in 0..WARMUP_CALLS {
+    async fn time(&mut self, poll: Poll) -> Duration {
         if poll == Poll::Fresh {
             tokio::task::yield_now().await;
         }
-        check(call().await);
-    }
-    let mut samples = Vec::with_capacity(MEASURED_CALLS);
-    for _ in 0..MEASURED_CALLS {
-        if poll == Poll::Fresh {
-            tokio::task::yield_now().await;
-        }
-        let pending = call();
+        let pending = (self.0)();
         let started = Instant::now();
         let result = pending.await;
-        samples.push(started.elapsed());
-        check(result);
+        let elapsed = started.elapsed();
+        (self.1)(result);
+        elapsed
     }
+}
+
+/// Direct calls of native logic on the task's thread.
+struct Direct<F>(F);
+
+impl<F, T> Side for Direct<F>
+where
+    F: FnMut() -> T + Send,
+{
+    async fn time(&mut self, poll: Poll) -> Duration {
+        if poll == Poll::Fresh {
+            tokio::task::yield_now().await;
+        }
+        let started = Instant::now();
+        let out = black_box((self.0)());
+        let elapsed = started.elapsed();
+        drop(out);
+        elapsed
+    }
+}
+
+/// `n` calls of `side`, their times appended to `samples`.
+async fn time_block(side: &mut impl Side, poll: Poll, n: usize, samples: &mut Vec<Duration>) {
+    for _ in 0..n {
+        samples.push(side.time(poll).await);
+    }
+}
+
+/// One side alone: [`WARMUP_CALLS`] warm-up calls, then [`MEASURED_CALLS`] timed ones.
+async fn time_polled(poll: Poll, mut side: impl Side) -> Samples {
+    time_block(&mut side, poll, WARMUP_CALLS, &mut Vec::new()).await;
+    let mut samples = Vec::with_capacity(MEASURED_CALLS);
+    time_block(&mut side, poll, MEASURED_CALLS, &mut samples).await;
     Samples::new(samples)
+}
+
+/// [`time_polled`] with calls back to back.
+async fn time_async(side: impl Side) -> Samples {
+    time_polled(Poll::Busy, side).await
+}
+
+/// A plugin and its native logic measured together: the warm-up calls of each, then blocks
+/// of [`BLOCK_CALLS`] calls taking turns until each side has [`MEASURED_CALLS`], all from the
+/// same task. Both sides so sample the same stretches of time: this machine's speed moves by
+/// up to 1.9x for seconds at a time, for native code as much as for plugins.
+async fn time_paired(poll: Poll, mut wasm: impl Side, mut native: impl Side) -> Paired {
+    time_block(&mut wasm, poll, WARMUP_CALLS, &mut Vec::new()).await;
+    time_block(&mut native, poll, WARMUP_CALLS, &mut Vec::new()).await;
+    let mut wasm_samples = Vec::with_capacity(MEASURED_CALLS);
+    let mut native_samples = Vec::with_capacity(MEASURED_CALLS);
+    let mut block_medians = Vec::new();
+    for _ in 0..MEASURED_CALLS.div_ceil(BLOCK_CALLS) {
+        time_block(&mut wasm, poll, BLOCK_CALLS, &mut wasm_samples).await;
+        let start = native_samples.len();
+        time_block(&mut native, poll, BLOCK_CALLS, &mut native_samples).await;
+        block_medians.push(median(native_samples[start..].to_vec()));
+    }
+    let fastest = block_medians.iter().min().copied().unwrap_or_default();
+    let slowest = block_medians.iter().max().copied().unwrap_or_default();
+    Paired {
+        wasm: Samples::new(wasm_samples),
+        native: Samples::new(native_samples),
+        drift: slowest.as_secs_f64() / fastest.as_secs_f64().max(1e-12),
+    }
+}
+
+/// What [`time_paired`] measured.
+struct Paired {
+    wasm: Samples,
+    native: Samples,
+    /// Slowest over fastest median of the native blocks: how far the machine's speed moved
+    /// while the row ran (1.0: not at all).
+    drift: f64,
 }
 
 /// Runs `fut` as a task on the runtime's workers, where the operator's reconcilers run.
@@ -308,6 +367,8 @@ struct CallRow {
     input: &'static str,
     wasm: Samples,
     native: Option<Samples>,
+    /// [`Paired::drift`] of the row; `None` without a native side.
+    drift: Option<f64>,
     /// Whether wasm and native run the same logic (so the ratio and the target apply).
     comparable: bool,
     /// Decisions one call makes (pods of a restart page; 1 otherwise).
@@ -319,9 +380,12 @@ fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
     let registry = Registry::new(runtime.clone());
     let report = rt.block_on(registry.apply(RegistryConfig::default(), &LocalFetch::default()));
     assert!(report.failed.is_empty(), "builtins failed: {report:?}");
+    let routing = bench_routing(rt, &registry, Poll::Busy);
+    let loop_length = routing.wasm.p50();
     vec![
-        bench_routing(rt, &registry, Poll::Busy),
+        routing,
         bench_routing(rt, &registry, Poll::Fresh),
+        bench_cpu_loop(rt, loop_length),
         bench_restart(rt, &registry, 1, "one pod, outdated sidecar"),
         bench_restart(rt, &registry, PODS, "page of 30 pods, mixed sidecars"),
         bench_dr(rt, &registry),
@@ -355,20 +419,25 @@ fn bench_routing(rt: &Runtime, registry: &Registry, poll: Poll) -> CallRow {
     let expected = route_native(NO_SETTINGS, &native_req, &vs);
     let routes = serde_json::from_str::<Vec<Value>>(&expected).expect("routes");
     assert_eq!(routes.len(), 24, "10 routes, 7 copied for 2 matches");
-    let wasm = on_worker(rt, async move {
-        time_polled(
+    let paired = on_worker(rt, async move {
+        time_paired(
             poll,
-            || plugin.route(request.clone()),
-            |r| assert_eq!(r.expect("route").http, expected, "wasm and native agree"),
+            Awaited(
+                || plugin.route(request.clone()),
+                |r: Result<RouteResponse, _>| {
+                    assert_eq!(r.expect("route").http, expected, "wasm and native agree")
+                },
+            ),
+            Direct(|| route_native(NO_SETTINGS, &native_req, &vs)),
         )
         .await
     });
-    let native = time_native(|| route_native(NO_SETTINGS, &native_req, &vs));
     CallRow {
         plugin: "routing-istio",
         input: poll.input("VirtualService, 10 routes, 2 matches"),
-        wasm,
-        native: Some(native),
+        wasm: paired.wasm,
+        native: Some(paired.native),
+        drift: Some(paired.drift),
         comparable: true,
         items: 1,
     }
@@ -402,35 +471,38 @@ fn bench_restart(rt: &Runtime, registry: &Registry, pods: usize, input: &'static
         .into_iter()
         .map(|d| (d.restart, d.reason))
         .collect();
-    let req = request.clone();
-    let wasm = on_worker(rt, async move {
-        time_async(
-            || plugin.evaluate(req.clone(), pods),
-            |r| {
-                let got: Vec<(bool, String)> = r
-                    .expect("evaluate")
-                    .into_iter()
-                    .map(|d| (d.restart, d.reason))
-                    .collect();
-                assert_eq!(got, expected, "wasm and native agree");
-            },
+    let paired = on_worker(rt, async move {
+        time_paired(
+            Poll::Busy,
+            Awaited(
+                || plugin.evaluate(request.clone(), pods),
+                |r: Result<Vec<PodDecision>, _>| {
+                    let got: Vec<(bool, String)> = r
+                        .expect("evaluate")
+                        .into_iter()
+                        .map(|d| (d.restart, d.reason))
+                        .collect();
+                    assert_eq!(got, expected, "wasm and native agree");
+                },
+            ),
+            Direct(|| {
+                restart_sidecar::evaluate_request(
+                    NO_SETTINGS,
+                    &request.desired,
+                    &request.applied,
+                    &request.pods,
+                )
+                .expect("evaluate")
+            }),
         )
         .await
-    });
-    let native = time_native(|| {
-        restart_sidecar::evaluate_request(
-            NO_SETTINGS,
-            &request.desired,
-            &request.applied,
-            &request.pods,
-        )
-        .expect("evaluate")
     });
     CallRow {
         plugin: "restart-sidecar",
         input,
-        wasm,
-        native: Some(native),
+        wasm: paired.wasm,
+        native: Some(paired.native),
+        drift: Some(paired.drift),
         comparable: true,
         items: pods,
     }
@@ -456,43 +528,51 @@ fn bench_dr(rt: &Runtime, registry: &Registry) -> CallRow {
         owner: "wasmop-5f2a8-west".into(),
         updated_time: NOW - 5_000,
     };
-    let tick = dr_lease::Tick {
-        identity: "wasmop-7c9d4-east",
-        now: NOW,
-        lease: Some(&lease),
-        wait_time_seconds: 15,
-        failure_threshold: 3,
-        started_at: NOW - 3_600_000,
-        warmup_seconds: 30,
-    };
+    /// The tick `request` describes, natively.
+    fn tick(lease: &dr_lease::Lease) -> dr_lease::Tick<'_> {
+        dr_lease::Tick {
+            identity: "wasmop-7c9d4-east",
+            now: NOW,
+            lease: Some(lease),
+            wait_time_seconds: 15,
+            failure_threshold: 3,
+            started_at: NOW - 3_600_000,
+            warmup_seconds: 30,
+        }
+    }
 
-    let expected = dr_lease::decide(&tick).expect("decide");
+    let expected = dr_lease::decide(&tick(&lease)).expect("decide");
     assert_eq!(
         (expected.state, expected.action),
         (dr_lease::State::Passive, dr_lease::Action::None),
         "a held foreign lease keeps this instance passive"
     );
     let reason = expected.reason;
-    let wasm = on_worker(rt, async move {
-        time_async(
-            || plugin.check(request.clone()),
-            |r| {
-                let d = r.expect("check");
-                assert_eq!(
-                    (d.state, d.action, d.reason.as_str()),
-                    (DrState::Passive, LeaseAction::None, reason.as_str()),
-                    "wasm and native agree"
-                );
-            },
+    let paired = on_worker(rt, async move {
+        let tick = tick(&lease);
+        time_paired(
+            Poll::Busy,
+            Awaited(
+                || plugin.check(request.clone()),
+                |r: Result<StateDecision, _>| {
+                    let d = r.expect("check");
+                    assert_eq!(
+                        (d.state, d.action, d.reason.as_str()),
+                        (DrState::Passive, LeaseAction::None, reason.as_str()),
+                        "wasm and native agree"
+                    );
+                },
+            ),
+            Direct(|| dr_lease::decide(&tick).expect("decide")),
         )
         .await
     });
-    let native = time_native(|| dr_lease::decide(&tick).expect("decide"));
     CallRow {
         plugin: "dr-lease",
         input: "foreign lease, held",
-        wasm,
-        native: Some(native),
+        wasm: paired.wasm,
+        native: Some(paired.native),
+        drift: Some(paired.drift),
         comparable: true,
         items: 1,
     }
@@ -514,32 +594,36 @@ fn bench_dr_none(rt: &Runtime, registry: &Registry) -> CallRow {
         started_at: NOW - 3_600_000,
         warmup_seconds: 30,
     };
-    let wasm = on_worker(rt, async move {
-        time_async(
-            || plugin.check(request.clone()),
-            |r| {
-                let d = r.expect("check");
-                assert_eq!(
-                    (d.state, d.action, d.reason.as_str()),
-                    (DrState::Active, LeaseAction::None, dr_none::REASON),
-                    "always active, no write"
-                );
-            },
+    let paired = on_worker(rt, async move {
+        time_paired(
+            Poll::Busy,
+            Awaited(
+                || plugin.check(request.clone()),
+                |r: Result<StateDecision, _>| {
+                    let d = r.expect("check");
+                    assert_eq!(
+                        (d.state, d.action, d.reason.as_str()),
+                        (DrState::Active, LeaseAction::None, dr_none::REASON),
+                        "always active, no write"
+                    );
+                },
+            ),
+            Direct(|| {
+                (
+                    DrState::Active,
+                    LeaseAction::None,
+                    dr_none::REASON.to_owned(),
+                )
+            }),
         )
         .await
-    });
-    let native = time_native(|| {
-        (
-            DrState::Active,
-            LeaseAction::None,
-            dr_none::REASON.to_owned(),
-        )
     });
     CallRow {
         plugin: "none (dr)",
         input: "any tick",
-        wasm,
-        native: Some(native),
+        wasm: paired.wasm,
+        native: Some(paired.native),
+        drift: Some(paired.drift),
         comparable: true,
         items: 1,
     }
@@ -580,22 +664,23 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
         scaling_prometheus::Direction::Down,
         "0.25 < 0.5"
     );
-    let req = request.clone();
-    let wasm = on_worker(rt, async move {
-        time_async(
-            || plugin.vote(req.clone()),
-            |r| {
-                let vote = r.expect("a vote from the stub's answers");
-                assert_eq!(vote.vote, wasmop::plugins::Vote::Down, "{}", vote.reason);
-                assert_eq!(vote.value, Some(0.25));
-            },
-        )
-        .await
-    });
-    let native = on_worker(rt, async move {
-        time_async(
-            || scaling_native(&client, &request),
-            |v| assert_eq!(v.vote, scaling_prometheus::Direction::Down),
+    let paired = on_worker(rt, async move {
+        time_paired(
+            Poll::Busy,
+            Awaited(
+                || plugin.vote(request.clone()),
+                |r: Result<TriggerVote, _>| {
+                    let vote = r.expect("a vote from the stub's answers");
+                    assert_eq!(vote.vote, wasmop::plugins::Vote::Down, "{}", vote.reason);
+                    assert_eq!(vote.value, Some(0.25));
+                },
+            ),
+            Awaited(
+                || scaling_native(&client, &request),
+                |v: scaling_prometheus::Vote| {
+                    assert_eq!(v.vote, scaling_prometheus::Direction::Down)
+                },
+            ),
         )
         .await
     });
@@ -608,9 +693,44 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
     CallRow {
         plugin: "scaling-prometheus",
         input: "vote: 2 queries, loopback Prometheus",
-        wasm,
-        native: Some(native),
+        wasm: paired.wasm,
+        native: Some(paired.native),
+        drift: Some(paired.drift),
         comparable: true,
+        items: 1,
+    }
+}
+
+/// The machine's own tail, for reference: arithmetic on registers (no memory, no system calls)
+/// for about `length`, timed like the calls, from a task. What its p99 adds to its median is
+/// what interruptions (timer ticks, the hypervisor) add to any computation of that length.
+fn bench_cpu_loop(rt: &Runtime, length: Duration) -> CallRow {
+    fn spin(n: u64) -> u64 {
+        let mut x = 1u64;
+        for i in 0..black_box(n) {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
+        }
+        black_box(x)
+    }
+    const PROBE: u64 = 100_000;
+    let probe = median(
+        (0..21)
+            .map(|_| {
+                let started = Instant::now();
+                spin(PROBE);
+                started.elapsed()
+            })
+            .collect(),
+    );
+    let n = (length.as_secs_f64() / probe.as_secs_f64() * PROBE as f64) as u64;
+    let wasm = on_worker(rt, async move { time_async(Direct(|| spin(n))).await });
+    CallRow {
+        plugin: "(reference)",
+        input: "CPU loop as long as a routing call",
+        wasm,
+        native: None,
+        drift: None,
+        comparable: false,
         items: 1,
     }
 }
@@ -620,7 +740,7 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
 fn bench_dispatch(rt: &Runtime) -> CallRow {
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
     let wasm = on_worker(rt, async move {
-        time_async(
+        time_async(Awaited(
             || {
                 let permits = permits.clone();
                 async move {
@@ -631,7 +751,7 @@ fn bench_dispatch(rt: &Runtime) -> CallRow {
                 }
             },
             |()| {},
-        )
+        ))
         .await
     });
     CallRow {
@@ -639,6 +759,7 @@ fn bench_dispatch(rt: &Runtime) -> CallRow {
         input: "semaphore + spawn_blocking, no-op",
         wasm,
         native: None,
+        drift: None,
         comparable: false,
         items: 1,
     }
@@ -667,7 +788,7 @@ fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
     let sender = jobs.clone();
     let wasm = on_worker(rt, async move {
-        time_async(
+        time_async(Awaited(
             || {
                 let (permits, sender) = (permits.clone(), sender.clone());
                 async move {
@@ -683,7 +804,7 @@ fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
                 }
             },
             |()| {},
-        )
+        ))
         .await
     });
     drop(jobs);
@@ -695,6 +816,7 @@ fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
         input: "semaphore + own threads, no-op",
         wasm,
         native: None,
+        drift: None,
         comparable: false,
         items: 1,
     }
@@ -708,14 +830,16 @@ fn bench_dispatch_in_place(rt: &Runtime, poll: Poll) -> CallRow {
     let wasm = on_worker(rt, async move {
         time_polled(
             poll,
-            || {
-                let permits = permits.clone();
-                async move {
-                    let permit = permits.acquire_owned().await.expect("open semaphore");
-                    tokio::task::block_in_place(move || drop(permit));
-                }
-            },
-            |()| {},
+            Awaited(
+                || {
+                    let permits = permits.clone();
+                    async move {
+                        let permit = permits.acquire_owned().await.expect("open semaphore");
+                        tokio::task::block_in_place(move || drop(permit));
+                    }
+                },
+                |()| {},
+            ),
         )
         .await
     });
@@ -724,6 +848,7 @@ fn bench_dispatch_in_place(rt: &Runtime, poll: Poll) -> CallRow {
         input: poll.input("semaphore + block_in_place, no-op"),
         wasm,
         native: None,
+        drift: None,
         comparable: false,
         items: 1,
     }
@@ -1116,7 +1241,7 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
          ({MEASURED_CALLS} calls after {WARMUP_CALLS} warm-up)"
     );
     println!(
-        "{:<19} {:<37} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7}  p99 < {} µs",
+        "{:<19} {:<37} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>6}  p99 < {} µs",
         "plugin",
         "input",
         "wasm p50",
@@ -1125,6 +1250,7 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
         "nat. p99",
         "x p50",
         "x p99",
+        "drift",
         CALL_P99_TARGET.as_micros(),
     );
     for row in rows {
@@ -1144,7 +1270,7 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
             "n/a"
         };
         println!(
-            "{:<19} {:<37} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7}  {}",
+            "{:<19} {:<37} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>6}  {}",
             row.plugin,
             row.input,
             micros(row.wasm.p50()),
@@ -1153,6 +1279,7 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
             native_p99,
             ratio_p50,
             ratio_p99,
+            row.drift.map_or_else(|| "-".into(), |d| format!("{d:.2}x")),
             target,
         );
     }
@@ -1165,6 +1292,12 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
     println!(
         "   x = wasm/native. Slowest single wasm call (comparable rows): {}.",
         micros(worst)
+    );
+    println!(
+        "   wasm and native take turns in blocks of {BLOCK_CALLS} calls from one task; drift = slowest"
+    );
+    println!(
+        "   over fastest native block median, how far the machine's speed moved during the row."
     );
     for row in rows.iter().filter(|r| r.items > 1) {
         let per = |d: Duration| micros(d / u32::try_from(row.items).unwrap_or(1));
@@ -1185,6 +1318,12 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
         "   Calls run in the calling task (async, off the executor only after a whole epoch tick);"
     );
     println!("   (alternative): what handing a no-op to another thread would add, for comparison.");
+    println!(
+        "   (reference): register arithmetic as long as the first row's median, no memory or system"
+    );
+    println!(
+        "   calls: its p99 over its p50 is what interruptions add to computing that long here."
+    );
     println!(
         "   Rows run calls back to back in one task; \"each call from a fresh poll\": the task yields"
     );
