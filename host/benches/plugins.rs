@@ -3,11 +3,13 @@
 //!
 //! Everything goes through the public host API with the builtin components:
 //!
-//! 1. **Per-call latency.** Each default plugin is called the way the operator calls it:
-//!    `Plugin::route`, `evaluate`, `check` or `vote` from a task on a worker thread of a
+//! 1. **Per-call latency.** Each default plugin is called through the host API the operator uses:
+//!    `Plugin::route`, `evaluate`, `check` or `vote` (the routing controller's `route_parsed` makes
+//!    the same call, then builds the answer's routes as `serde_json` values where `route` only
+//!    checks them: the controller's own work on the answer) from a task on a worker thread of a
 //!    2-thread runtime, which acquires the runtime's semaphore, builds a fresh `Store`,
-//!    instantiates the component and calls it, all in the calling task (wasmtime's async API;
-//!    a call leaves the executor only once it has computed for a whole epoch tick).
+//!    instantiates the component and calls it, all in the calling task (wasmtime's async API; a
+//!    call leaves the executor only once it has computed for a whole epoch tick).
 //!    p50 and p99 over [`MEASURED_CALLS`] calls after [`WARMUP_CALLS`] warm-up calls, next to the
 //!    same logic called natively (the plugin crates as Rust libraries, including the JSON parsing
 //!    and serialization the component does, called from the same task) and the ratio wasm/native;
