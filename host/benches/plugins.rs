@@ -57,7 +57,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{
-    DrState, HeaderMatch, Hook, IstioMatch, Label, LeaseAction, LeaseRecord, PluginRuntime,
+    DrState, HeaderMatch, Hook, IstioMatch, Label, LeaseAction, LeaseRecord, Plugin, PluginRuntime,
     PluginSpec, PodDecision, RestartRequest, RouteRequest, RouteResponse, RuntimeOptions,
     StateDecision, StateRequest, StringMatch, TriggerRequest, TriggerVote, builtin,
 };
@@ -377,6 +377,34 @@ struct CallRow {
     items: usize,
 }
 
+impl CallRow {
+    /// A plugin's row: its wasm and native sides, which run the same logic.
+    fn paired(plugin: &'static str, input: &'static str, paired: Paired, items: usize) -> Self {
+        Self {
+            plugin,
+            input,
+            wasm: paired.wasm,
+            native: Some(paired.native),
+            drift: Some(paired.drift),
+            comparable: true,
+            items,
+        }
+    }
+
+    /// A row for comparison or reference, with no native side and no target.
+    fn alone(plugin: &'static str, input: &'static str, samples: Samples) -> Self {
+        Self {
+            plugin,
+            input,
+            wasm: samples,
+            native: None,
+            drift: None,
+            comparable: false,
+            items: 1,
+        }
+    }
+}
+
 fn bench_calls(rt: &Runtime, cache_dir: &Path, pooling: bool) -> Vec<CallRow> {
     let runtime = runtime_with(cache_dir, pooling);
     let registry = Registry::new(runtime.clone());
@@ -434,15 +462,12 @@ fn bench_routing(rt: &Runtime, registry: &Registry, poll: Poll) -> CallRow {
         )
         .await
     });
-    CallRow {
-        plugin: "routing-istio",
-        input: poll.input("VirtualService, 10 routes, 2 matches"),
-        wasm: paired.wasm,
-        native: Some(paired.native),
-        drift: Some(paired.drift),
-        comparable: true,
-        items: 1,
-    }
+    CallRow::paired(
+        "routing-istio",
+        poll.input("VirtualService, 10 routes, 2 matches"),
+        paired,
+        1,
+    )
 }
 
 /// `pods` pods of [`pod`] in one call: a page of the controller, or one decision.
@@ -499,15 +524,7 @@ fn bench_restart(rt: &Runtime, registry: &Registry, pods: usize, input: &'static
         )
         .await
     });
-    CallRow {
-        plugin: "restart-sidecar",
-        input,
-        wasm: paired.wasm,
-        native: Some(paired.native),
-        drift: Some(paired.drift),
-        comparable: true,
-        items: pods,
-    }
+    CallRow::paired("restart-sidecar", input, paired, pods)
 }
 
 fn bench_dr(rt: &Runtime, registry: &Registry) -> CallRow {
@@ -554,30 +571,32 @@ fn bench_dr(rt: &Runtime, registry: &Registry) -> CallRow {
         let tick = tick(&lease);
         time_paired(
             Poll::Busy,
-            Awaited(
-                || plugin.check(request.clone()),
-                |r: Result<StateDecision, _>| {
-                    let d = r.expect("check");
-                    assert_eq!(
-                        (d.state, d.action, d.reason.as_str()),
-                        (DrState::Passive, LeaseAction::None, reason.as_str()),
-                        "wasm and native agree"
-                    );
-                },
+            checks(
+                &plugin,
+                &request,
+                (DrState::Passive, LeaseAction::None, &reason),
             ),
             Direct(|| dr_lease::decide(&tick).expect("decide")),
         )
         .await
     });
-    CallRow {
-        plugin: "dr-lease",
-        input: "foreign lease, held",
-        wasm: paired.wasm,
-        native: Some(paired.native),
-        drift: Some(paired.drift),
-        comparable: true,
-        items: 1,
-    }
+    CallRow::paired("dr-lease", "foreign lease, held", paired, 1)
+}
+
+/// A state checker's `check` calls of `request`, each answer asserted to be `expected` (state,
+/// action, reason).
+fn checks<'a>(
+    plugin: &'a Arc<Plugin>,
+    request: &'a StateRequest,
+    expected: (DrState, LeaseAction, &'a str),
+) -> impl Side + 'a {
+    Awaited(
+        move || plugin.check(request.clone()),
+        move |r: Result<StateDecision, _>| {
+            let d = r.expect("check");
+            assert_eq!((d.state, d.action, d.reason.as_str()), expected);
+        },
+    )
 }
 
 /// The `none` state checker: nothing but the fixed cost of a call (its native figure is the
@@ -599,16 +618,10 @@ fn bench_dr_none(rt: &Runtime, registry: &Registry) -> CallRow {
     let paired = on_worker(rt, async move {
         time_paired(
             Poll::Busy,
-            Awaited(
-                || plugin.check(request.clone()),
-                |r: Result<StateDecision, _>| {
-                    let d = r.expect("check");
-                    assert_eq!(
-                        (d.state, d.action, d.reason.as_str()),
-                        (DrState::Active, LeaseAction::None, dr_none::REASON),
-                        "always active, no write"
-                    );
-                },
+            checks(
+                &plugin,
+                &request,
+                (DrState::Active, LeaseAction::None, dr_none::REASON),
             ),
             Direct(|| {
                 (
@@ -620,15 +633,7 @@ fn bench_dr_none(rt: &Runtime, registry: &Registry) -> CallRow {
         )
         .await
     });
-    CallRow {
-        plugin: "none (dr)",
-        input: "any tick",
-        wasm: paired.wasm,
-        native: Some(paired.native),
-        drift: Some(paired.drift),
-        comparable: true,
-        items: 1,
-    }
+    CallRow::paired("none (dr)", "any tick", paired, 1)
 }
 
 /// One vote: the builtin granted the stub's address, against the same logic and queries natively.
@@ -692,15 +697,12 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
         2 * votes,
         "every vote sent its two queries to the stub"
     );
-    CallRow {
-        plugin: "scaling-prometheus",
-        input: "vote: 2 queries, loopback Prometheus",
-        wasm: paired.wasm,
-        native: Some(paired.native),
-        drift: Some(paired.drift),
-        comparable: true,
-        items: 1,
-    }
+    CallRow::paired(
+        "scaling-prometheus",
+        "vote: 2 queries, loopback Prometheus",
+        paired,
+        1,
+    )
 }
 
 /// The machine's own tail, for reference: arithmetic on registers (no memory, no system calls)
@@ -726,15 +728,7 @@ fn bench_cpu_loop(rt: &Runtime, length: Duration) -> CallRow {
     );
     let n = (length.as_secs_f64() / probe.as_secs_f64() * PROBE as f64) as u64;
     let wasm = on_worker(rt, async move { time_async(Direct(|| spin(n))).await });
-    CallRow {
-        plugin: "(reference)",
-        input: "CPU loop as long as a routing call",
-        wasm,
-        native: None,
-        drift: None,
-        comparable: false,
-        items: 1,
-    }
+    CallRow::alone("(reference)", "CPU loop as long as a routing call", wasm)
 }
 
 /// An alternative hand-off, measured for comparison: the semaphore and a `spawn_blocking`
@@ -756,15 +750,7 @@ fn bench_dispatch(rt: &Runtime) -> CallRow {
         ))
         .await
     });
-    CallRow {
-        plugin: "(alternative)",
-        input: "semaphore + spawn_blocking, no-op",
-        wasm,
-        native: None,
-        drift: None,
-        comparable: false,
-        items: 1,
-    }
+    CallRow::alone("(alternative)", "semaphore + spawn_blocking, no-op", wasm)
 }
 
 /// An alternative hand-off, measured for comparison: threads started once, one per permit,
@@ -813,15 +799,7 @@ fn bench_dispatch_threads(rt: &Runtime) -> CallRow {
     for w in workers {
         w.join().expect("worker");
     }
-    CallRow {
-        plugin: "(alternative)",
-        input: "semaphore + own threads, no-op",
-        wasm,
-        native: None,
-        drift: None,
-        comparable: false,
-        items: 1,
-    }
+    CallRow::alone("(alternative)", "semaphore + own threads, no-op", wasm)
 }
 
 /// An alternative hand-off, measured for comparison: the semaphore and `block_in_place` of a
@@ -845,15 +823,11 @@ fn bench_dispatch_in_place(rt: &Runtime, poll: Poll) -> CallRow {
         )
         .await
     });
-    CallRow {
-        plugin: "(alternative)",
-        input: poll.input("semaphore + block_in_place, no-op"),
+    CallRow::alone(
+        "(alternative)",
+        poll.input("semaphore + block_in_place, no-op"),
         wasm,
-        native: None,
-        drift: None,
-        comparable: false,
-        items: 1,
-    }
+    )
 }
 
 // Inputs ---------------------------------------------------------------------------------------
