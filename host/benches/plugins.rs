@@ -27,9 +27,9 @@
 //!    the `block_in_place` no-op are measured again with the task yielding before each call
 //!    (untimed), as a reconcile reaches its call from a fresh poll.
 //!    `scaling-prometheus` votes with two Prometheus instant queries: both sides send them to a
-//!    Prometheus stub on 127.0.0.1 (granted in `allowedHosts`), each over a new connection as
-//!    `wasi:http` opens one per request; the native side sends them with hyper's client, its
-//!    connection pool off.
+//!    Prometheus stub on 127.0.0.1 (granted in `allowedHosts`) over kept-alive connections: the
+//!    component through the host's `wasi:http` connection pool, the native side with hyper's
+//!    pooled client.
 //! 2. **Compile cold vs load from cache.** `PluginRuntime::load` of each builtin with an empty
 //!    cache directory (compiles), then with the directory it populated in a new runtime
 //!    (deserializes). A load also pre-instantiates and calls `info` and `validate-settings`.
@@ -697,6 +697,12 @@ fn bench_scaling(rt: &Runtime, runtime: &Arc<PluginRuntime>) -> CallRow {
         2 * votes,
         "every vote sent its two queries to the stub"
     );
+    assert!(
+        stub.connections() * 100 < stub.served(),
+        "queries go out on kept-alive connections: {} for {} queries",
+        stub.connections(),
+        stub.served()
+    );
     CallRow::paired(
         "scaling-prometheus",
         "vote: 2 queries, loopback Prometheus",
@@ -1042,11 +1048,12 @@ type NativeClient = hyper_util::client::legacy::Client<
     http_body_util::Empty<bytes::Bytes>,
 >;
 
-/// hyper's client with its pool off: a new connection per request, as `wasi:http` makes.
+/// hyper's pooled client, connections kept alive as the host's `wasi:http` pool keeps them.
 fn native_http_client() -> NativeClient {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_max_idle_per_host(0)
-        .build_http()
+        .build(connector)
 }
 
 /// `GET url`: the body of a 200 response.
@@ -1288,7 +1295,7 @@ fn print_calls(rows: &[CallRow], allocation: &str) {
     }
     println!("   scaling-prometheus: each vote sends two instant queries to a Prometheus stub on");
     println!(
-        "   127.0.0.1, each over a new connection (wasm: wasi:http; native: hyper, pool off)."
+        "   127.0.0.1 over kept-alive connections (wasm: the host's wasi:http pool; native: hyper's)."
     );
     println!(
         "   Calls run in the calling task (async, off the executor only after a whole epoch tick);"

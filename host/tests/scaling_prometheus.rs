@@ -8,14 +8,18 @@ use std::time::Duration;
 use wasmop::plugins::{
     Failure, Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions, TriggerRequest, Vote, builtin,
 };
-use wasmop_tests::eventually;
-use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
+use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus, QueryStub};
+use wasmop_tests::{eventually, free_port};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The health window: the exporter must have been up this long before a vote is given.
 const COOLDOWN_SECONDS: u32 = 2;
 
 async fn scaler(allowed: &[&str]) -> Arc<Plugin> {
+    scaler_with(allowed, None).await
+}
+
+async fn scaler_with(allowed: &[&str], settings: Option<serde_json::Value>) -> Arc<Plugin> {
     let rt = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(std::env::temp_dir().join(format!(
             "wasmop-scaling-prometheus-tests-{}",
@@ -28,6 +32,7 @@ async fn scaler(allowed: &[&str]) -> Arc<Plugin> {
     let mut spec = PluginSpec::new("prometheus", Hook::Scaling, "builtin://scaling-prometheus");
     spec.grants.allowed_hosts = allowed.iter().map(|s| (*s).to_owned()).collect();
     spec.limits.timeout_ms = 5000;
+    spec.settings = settings;
     rt.load(&spec, builtin::find("scaling-prometheus").unwrap().wasm)
         .await
         .unwrap()
@@ -42,6 +47,22 @@ fn trigger(prom: &Prometheus, query: &str, threshold: serde_json::Value) -> Trig
             "serverAddress": prom.url(),
             "threshold": threshold,
             "uptimeFilter": format!("job=\"{EXPORTER_JOB}\""),
+        })
+        .to_string(),
+        cooldown_seconds: COOLDOWN_SECONDS,
+        now: 0,
+    }
+}
+
+/// A trigger asking the Prometheus API at `addr` (`host:port`).
+fn trigger_at(addr: &str) -> TriggerRequest {
+    TriggerRequest {
+        elastic_service: "ns/es".into(),
+        trigger_type: "prometheus".into(),
+        metadata: serde_json::json!({
+            "query": "sum(rate(http_requests_total[1m]))",
+            "serverAddress": format!("http://{addr}"),
+            "threshold": "0.5",
         })
         .to_string(),
         cooldown_seconds: COOLDOWN_SECONDS,
@@ -175,4 +196,51 @@ async fn prometheus_is_reached_only_when_granted() {
         .await
         .unwrap_err();
     assert!(matches!(e.failure, Failure::DeniedHost(_)), "{e}");
+}
+
+/// Queries go out on kept-alive connections, as upstream's Go client sends them: votes in a row
+/// (two queries each) share a connection instead of opening one per query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn votes_reuse_connections_to_prometheus() {
+    let prometheus = QueryStub::start("0.2");
+    let plugin = scaler(&[prometheus.addr.as_str()]).await;
+    for _ in 0..10 {
+        let vote = plugin.vote(trigger_at(&prometheus.addr)).await.unwrap();
+        assert_eq!(vote.vote, Vote::Down, "{}", vote.reason);
+    }
+    assert_eq!(
+        prometheus.served(),
+        20,
+        "the health query and the trigger's, per vote"
+    );
+    assert!(
+        prometheus.connections() <= 2,
+        "20 queries in a row opened {} connections",
+        prometheus.connections()
+    );
+}
+
+/// A pooled request fails with its cause: nothing listening is a refused connection, a server
+/// that never answers runs into the plugin's `timeoutMs`.
+#[tokio::test]
+async fn unreachable_and_silent_servers_fail_with_their_cause() {
+    let closed = format!("127.0.0.1:{}", free_port());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = silent.local_addr().unwrap().to_string();
+    let plugin = scaler_with(
+        &[closed.as_str(), silent.as_str()],
+        Some(serde_json::json!({"timeoutMs": 300})),
+    )
+    .await;
+    for (addr, says) in [
+        (&closed, "was refused"),
+        (&silent, "timed out after 300 ms"),
+    ] {
+        let e = plugin.vote(trigger_at(addr)).await.unwrap_err();
+        let Failure::Plugin { message, field } = &e.failure else {
+            panic!("{addr}: {e}")
+        };
+        assert_eq!(field.as_deref(), Some("metadata.serverAddress"), "{e}");
+        assert!(message.contains(says), "{addr}: {message}");
+    }
 }

@@ -36,7 +36,7 @@ impl Exporter {
         let addr = listener.local_addr().expect("exporter address").to_string();
         let body = Arc::new(Mutex::new(String::new()));
         let served = body.clone();
-        serve(listener, move |_| {
+        serve(listener, Arc::default(), move |_| {
             let text = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
             ("text/plain; version=0.0.4", text)
         });
@@ -56,12 +56,13 @@ impl Exporter {
 
 /// Prometheus's instant-query API on `127.0.0.1` for plugin calls without a Prometheus process:
 /// every request is answered with a vector of one sample, `1` for the health query of the
-/// `scaling-prometheus` plugin (`min_over_time(...)`) and `value` for any other. One request per
-/// connection, as `wasi:http` sends them; its thread lives as long as the process.
+/// `scaling-prometheus` plugin (`min_over_time(...)`) and `value` for any other. Connections
+/// are kept alive, as Prometheus keeps them; its threads live as long as the process.
 pub struct QueryStub {
     /// `127.0.0.1:PORT`, the `serverAddress` authority and the grant.
     pub addr: String,
     served: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
 }
 
 impl QueryStub {
@@ -73,8 +74,9 @@ impl QueryStub {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the query stub");
         let addr = listener.local_addr().expect("stub address").to_string();
         let served = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
         let count = served.clone();
-        serve(listener, move |request| {
+        serve(listener, connections.clone(), move |request| {
             count.fetch_add(1, Ordering::Relaxed);
             let v = if request.contains("min_over_time") {
                 "1"
@@ -90,36 +92,68 @@ impl QueryStub {
             });
             ("application/json", body.to_string())
         });
-        Self { addr, served }
+        Self {
+            addr,
+            served,
+            connections,
+        }
     }
 
     /// How many queries it has answered.
     pub fn served(&self) -> usize {
         self.served.load(Ordering::Relaxed)
     }
+
+    /// How many connections it has accepted.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
 }
 
-/// Serves `listener` on a thread that lives as long as the process: reads each connection's
-/// request head, answers `200` with the content type and body `answer` gives for it, closes.
-fn serve(listener: TcpListener, answer: impl Fn(&str) -> (&'static str, String) + Send + 'static) {
+/// How long a connection of [`serve`] may stay idle: longer than the plugin host's pool keeps
+/// an idle connection, so that the client always closes first.
+const IDLE: Duration = Duration::from_secs(120);
+
+/// Serves `listener` on a thread that lives as long as the process, each connection on a
+/// thread of its own: reads request heads (no bodies) and answers each `200` with the content
+/// type and body `answer` gives for it, keeping the connection open for the next; counts the
+/// connections in `connections`.
+fn serve(
+    listener: TcpListener,
+    connections: Arc<AtomicUsize>,
+    answer: impl Fn(&str) -> (&'static str, String) + Send + Sync + 'static,
+) {
+    let answer = Arc::new(answer);
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-            let mut buf = [0u8; 4096];
-            let mut request = Vec::new();
-            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => request.extend_from_slice(&buf[..n]),
+            connections.fetch_add(1, Ordering::Relaxed);
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(IDLE));
+                let _ = conn.set_nodelay(true);
+                let mut buf = [0u8; 4096];
+                let mut pending = Vec::new();
+                loop {
+                    let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head: Vec<u8> = pending.drain(..end + 4).collect();
+                    let (content_type, body) = answer(&String::from_utf8_lossy(&head));
+                    let written = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if written.is_err() {
+                        return;
+                    }
                 }
-            }
-            let (content_type, body) = answer(&String::from_utf8_lossy(&request));
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            });
         }
     });
 }

@@ -16,6 +16,7 @@
 pub mod bindings;
 pub mod builtin;
 pub mod cache;
+pub mod http_pool;
 pub mod registry;
 pub mod sandbox;
 
@@ -289,6 +290,8 @@ pub struct PluginRuntime {
     linker: Linker<Sandbox>,
     cache: CompileCache,
     permits: Arc<Semaphore>,
+    /// Keep-alive connections of plugins' granted `http://` requests.
+    http_pool: http_pool::HttpPool,
     stop: Arc<AtomicBool>,
     /// One pre-instance per (digest, hook), shared by every entry using that component.
     pres: std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
@@ -436,6 +439,7 @@ impl PluginRuntime {
             linker,
             cache,
             permits: Arc::new(Semaphore::new(opts.max_concurrent_calls.max(1))),
+            http_pool: http_pool::HttpPool::new(opts.max_concurrent_calls),
             stop,
             pres: Default::default(),
         }))
@@ -757,8 +761,13 @@ impl Plugin {
     /// plus one tick of wall clock too; past it the call fails as [`Failure::Timeout`].
     async fn call_in_store(&self, request: Request) -> Result<Response, CallError> {
         let limits = &self.spec.limits;
-        let sandbox = Sandbox::new(&self.spec.name, limits, &self.spec.grants)
-            .map_err(|e| self.fail(Failure::Instantiate(format!("{e:#}"))))?;
+        let sandbox = Sandbox::new(
+            &self.spec.name,
+            limits,
+            &self.spec.grants,
+            &self.runtime.http_pool,
+        )
+        .map_err(|e| self.fail(Failure::Instantiate(format!("{e:#}"))))?;
         let mut store = Store::new(&self.runtime.engine, sandbox);
         store.limiter(|s| s.limiter());
         let long = Arc::new(AtomicBool::new(false));

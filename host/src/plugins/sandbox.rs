@@ -9,6 +9,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 
 use super::bindings::LogLevel;
 use super::bindings::router::wasmop::plugin::log;
+use super::http_pool::HttpPool;
 use super::{Grants, Limits};
 
 /// Longest log line kept from a plugin, in bytes.
@@ -30,11 +31,17 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// A sandbox for `plugin` with the given limits and grants.
+    /// A sandbox for `plugin` with the given limits and grants; its granted `http://` requests
+    /// go through `pool`.
     ///
     /// # Errors
     /// `grants.readOnlyDir` cannot be opened.
-    pub fn new(plugin: &str, limits: &Limits, grants: &Grants) -> anyhow::Result<Self> {
+    pub fn new(
+        plugin: &str,
+        limits: &Limits,
+        grants: &Grants,
+        pool: &HttpPool,
+    ) -> anyhow::Result<Self> {
         let mut wasi = WasiCtxBuilder::new();
         // Deny-all: no env, args, stdio, sockets or preopens unless granted below.
         wasi.allow_tcp(false)
@@ -51,6 +58,7 @@ impl Sandbox {
             hooks: HttpAllowlist {
                 allowed: grants.allowed_hosts.clone(),
                 denied: Vec::new(),
+                pool: (!grants.allowed_hosts.is_empty()).then(|| pool.clone()),
             },
             table: ResourceTable::new(),
             limiter: Limiter {
@@ -167,10 +175,13 @@ impl ResourceLimiter for Limiter {
 
 /// `wasi:http` hooks that let a request through only when its parsed authority (`host:port`,
 /// port defaulted from the scheme) is listed in `grants.allowedHosts`. The Host header plays
-/// no part (the lesson of Spin's CVE-2024-32980).
+/// no part (the lesson of Spin's CVE-2024-32980). Granted `http://` requests go through the
+/// runtime's keep-alive pool, `https://` ones through the default sender.
 struct HttpAllowlist {
     allowed: Vec<String>,
     denied: Vec<String>,
+    /// `None` when nothing is granted.
+    pool: Option<HttpPool>,
 }
 
 /// Whether `authority` (as in a URI, `host[:port]`) is covered by `allowed`, whose entries are
@@ -228,6 +239,19 @@ impl WasiHttpHooks for HttpAllowlist {
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
         _ = fut;
+        if let Some(pool) = self
+            .pool
+            .clone()
+            .filter(|_| uri.scheme() == Some(&http::uri::Scheme::HTTP))
+        {
+            return Box::new(async move {
+                let response = pool.send(request, options).await?;
+                Ok((
+                    response,
+                    Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
+                ))
+            });
+        }
         Box::new(async move {
             use http_body_util::BodyExt;
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
