@@ -144,12 +144,12 @@ fn serve(
                     };
                     let head: Vec<u8> = pending.drain(..end + 4).collect();
                     let (content_type, body) = answer(&String::from_utf8_lossy(&head));
-                    let written = write!(
-                        conn,
+                    // One write, as a server that buffers its response sends it.
+                    let response = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     );
-                    if written.is_err() {
+                    if conn.write_all(response.as_bytes()).is_err() {
                         return;
                     }
                 }
