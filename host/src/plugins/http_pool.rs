@@ -2,10 +2,10 @@
 //!
 //! wasmtime-wasi-http's default sender opens a new connection for every request. A scaling
 //! plugin asks Prometheus two queries per trigger per poll, so that default opens two
-//! connections to the same server per trigger every poll, each left in `TIME_WAIT`. Upstream's
-//! Go client keeps connections alive (reference/scaling.md), and so does this pool: hyper's
-//! pooled client, shared by every call of a [`super::PluginRuntime`], keyed by scheme and
-//! authority. A connection is reused only by a request to the same authority, which the
+//! connections to the same server per trigger every poll, each left in `TIME_WAIT`. KubeElasti's
+//! Prometheus scaler queries with a Go `http.Client` on the default transport, which keeps
+//! connections alive, and so does this pool: hyper's pooled client, shared by every call of a
+//! [`super::PluginRuntime`], keyed by scheme and authority. A connection is reused only by a request to the same authority, which the
 //! sandbox lets through only when that authority is granted to the calling plugin.
 //! `https://` requests keep the default sender (a TLS connection each).
 //!
@@ -23,8 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_http::timeout::{TimeoutBody, TimeoutError};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-/// How long an idle connection is kept: Go's `http.DefaultTransport` value, the client of
-/// upstream's Prometheus queries.
+/// How long an idle connection is kept: the value of Go's `http.DefaultTransport`, which
+/// KubeElasti's Prometheus queries use.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A timeout the guest did not set: the default sender's 600 s.
