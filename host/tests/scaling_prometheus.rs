@@ -39,32 +39,29 @@ async fn scaler_with(allowed: &[&str], settings: Option<serde_json::Value>) -> A
 }
 
 fn trigger(prom: &Prometheus, query: &str, threshold: serde_json::Value) -> TriggerRequest {
-    TriggerRequest {
-        elastic_service: "ns/es".into(),
-        trigger_type: "prometheus".into(),
-        metadata: serde_json::json!({
-            "query": query,
-            "serverAddress": prom.url(),
-            "threshold": threshold,
-            "uptimeFilter": format!("job=\"{EXPORTER_JOB}\""),
-        })
-        .to_string(),
-        cooldown_seconds: COOLDOWN_SECONDS,
-        now: 0,
-    }
+    trigger_request(serde_json::json!({
+        "query": query,
+        "serverAddress": prom.url(),
+        "threshold": threshold,
+        "uptimeFilter": format!("job=\"{EXPORTER_JOB}\""),
+    }))
 }
 
 /// A trigger asking the Prometheus API at `addr` (`host:port`).
 fn trigger_at(addr: &str) -> TriggerRequest {
+    trigger_request(serde_json::json!({
+        "query": "sum(rate(http_requests_total[1m]))",
+        "serverAddress": format!("http://{addr}"),
+        "threshold": "0.5",
+    }))
+}
+
+/// The request for one trigger with `metadata`.
+fn trigger_request(metadata: serde_json::Value) -> TriggerRequest {
     TriggerRequest {
         elastic_service: "ns/es".into(),
         trigger_type: "prometheus".into(),
-        metadata: serde_json::json!({
-            "query": "sum(rate(http_requests_total[1m]))",
-            "serverAddress": format!("http://{addr}"),
-            "threshold": "0.5",
-        })
-        .to_string(),
+        metadata: metadata.to_string(),
         cooldown_seconds: COOLDOWN_SECONDS,
         now: 0,
     }

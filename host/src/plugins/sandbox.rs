@@ -241,8 +241,9 @@ impl WasiHttpHooks for HttpAllowlist {
         _ = fut;
         if let Some(pool) = self
             .pool
-            .clone()
+            .as_ref()
             .filter(|_| uri.scheme() == Some(&http::uri::Scheme::HTTP))
+            .cloned()
         {
             return Box::new(async move {
                 let response = pool.send(request, options).await?;
