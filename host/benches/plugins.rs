@@ -356,6 +356,7 @@ fn runtime_with(dir: &Path, pooling: bool) -> Arc<PluginRuntime> {
         cache_dir: Some(dir.to_path_buf()),
         max_concurrent_calls: MAX_CONCURRENT_CALLS,
         pooling,
+        extra_ca_pem: None,
     })
     .expect("plugin runtime")
 }

@@ -123,6 +123,7 @@ async fn load_plugin(cache: &std::path::Path) -> Arc<Plugin> {
         cache_dir: Some(cache.to_path_buf()),
         max_concurrent_calls: 2,
         pooling: false,
+        extra_ca_pem: None,
     })
     .expect("plugin runtime");
     let registry = Registry::new(runtime);

@@ -201,6 +201,7 @@ fn child(router: &str) {
                 cache_dir: Some(cache.clone()),
                 max_concurrent_calls: 2,
                 pooling: router == "wasm-pooling",
+                extra_ca_pem: None,
             })
             .expect("runtime");
             let registry = Registry::new(runtime);

@@ -67,6 +67,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
         cache_dir: Some(dir.join("cache")),
         max_concurrent_calls: 1,
         pooling: false,
+        extra_ca_pem: None,
     })
     .unwrap();
     let registry = Registry::new(runtime);

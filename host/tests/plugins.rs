@@ -5,6 +5,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
@@ -23,6 +24,7 @@ fn runtime() -> Arc<PluginRuntime> {
         cache_dir: Some(dir),
         max_concurrent_calls: 2,
         pooling: false,
+        extra_ca_pem: None,
     })
     .unwrap()
 }
@@ -196,6 +198,116 @@ async fn outbound_http_only_to_allowed_hosts() {
         matches!(e.failure, Failure::DeniedHost(_)),
         "nothing is granted by default: {e}"
     );
+}
+
+/// A CA and a server configuration whose certificate, for `localhost` only, that CA signed;
+/// the CA certificate in PEM.
+fn tls_server(ca_name: &str) -> (Arc<rustls::ServerConfig>, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, ca_name);
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    (Arc::new(config), ca.pem())
+}
+
+/// An HTTPS server on 127.0.0.1 answering `200 ok` to every request, keeping connections
+/// alive; returns its port and the count of connections it accepted.
+async fn serve_tls(config: Arc<rustls::ServerConfig>) -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let ok = hyper::service::service_fn(|_| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), ok)
+                    .await;
+            });
+        }
+    });
+    (port, accepted)
+}
+
+/// `https://` requests: a server signed by the extra CA is trusted and its connection kept
+/// alive across calls; a certificate for another name, or from a CA nobody trusts, fails as
+/// `TLS-certificate-error`; a bad extra CA stops the runtime from starting.
+#[tokio::test]
+async fn https_requests_keep_alive_and_verify_the_server() {
+    let (config, ca_pem) = tls_server("wasmop test CA");
+    let (port, accepted) = serve_tls(config).await;
+    let (by_name, by_ip) = (format!("localhost:{port}"), format!("127.0.0.1:{port}"));
+    let grant = |s: &mut PluginSpec| s.grants.allowed_hosts = vec![by_name.clone(), by_ip.clone()];
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(
+            std::env::temp_dir().join(format!("wasmop-plugin-tests-{}", std::process::id())),
+        ),
+        max_concurrent_calls: 2,
+        pooling: false,
+        extra_ca_pem: Some(ca_pem.into_bytes()),
+    })
+    .unwrap();
+    let p = hostile(&rt, grant).await;
+    for _ in 0..6 {
+        p.route(request("http", &format!("https://{by_name}/")))
+            .await
+            .expect("a server signed by the extra CA is trusted");
+    }
+    let connections = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&connections),
+        "six requests, {connections} TLS connections: kept alive, at most one more when a \
+         request starts before the last connection is idle again"
+    );
+
+    let e = fails(&p, "http", &format!("https://{by_ip}/")).await;
+    assert!(
+        e.to_string().contains("TlsCertificateError"),
+        "the certificate names localhost, not 127.0.0.1: {e}"
+    );
+    let untrusting = hostile(&runtime(), grant).await;
+    let e = fails(&untrusting, "http", &format!("https://{by_name}/")).await;
+    assert!(
+        e.to_string().contains("TlsCertificateError"),
+        "without the extra CA the server is not trusted: {e}"
+    );
+
+    let bad = PluginRuntime::new(RuntimeOptions {
+        extra_ca_pem: Some(b"not a certificate".to_vec()),
+        ..RuntimeOptions::default()
+    });
+    let e = bad.err().expect("a bad extra CA is refused");
+    assert!(e.to_string().contains("no PEM certificate found"), "{e}");
 }
 
 /// A loopback server that accepts connections and never answers.
@@ -434,6 +546,7 @@ async fn compiled_components_are_cached_by_digest() {
         cache_dir: Some(dir.clone()),
         max_concurrent_calls: 1,
         pooling: false,
+        extra_ca_pem: None,
     })
     .unwrap();
     let b = builtin::find("dr-lease").unwrap();

@@ -45,6 +45,7 @@ async fn wasm() -> Arc<dyn Router> {
         cache_dir: None,
         max_concurrent_calls: 2,
         pooling: false,
+        extra_ca_pem: None,
     })
     .unwrap();
     let registry = Registry::new(runtime);

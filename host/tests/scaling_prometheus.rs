@@ -27,6 +27,7 @@ async fn scaler_with(allowed: &[&str], settings: Option<serde_json::Value>) -> A
         ))),
         max_concurrent_calls: 2,
         pooling: false,
+        extra_ca_pem: None,
     })
     .unwrap();
     let mut spec = PluginSpec::new("prometheus", Hook::Scaling, "builtin://scaling-prometheus");

@@ -1,13 +1,18 @@
-//! Keep-alive connections for plugins' `wasi:http` requests over `http://`.
+//! Keep-alive connections for plugins' `wasi:http` requests, over `http://` and `https://`.
 //!
-//! wasmtime-wasi-http's default sender opens a new connection for every request. A scaling
-//! plugin asks Prometheus two queries per trigger per poll, so that default opens two
-//! connections to the same server per trigger every poll, each left in `TIME_WAIT`. KubeElasti's
-//! Prometheus scaler queries with a Go `http.Client` on the default transport, which keeps
-//! connections alive, and so does this pool: hyper's pooled client, shared by every call of a
-//! [`super::PluginRuntime`], keyed by scheme and authority. A connection is reused only by a request to the same authority, which the
-//! sandbox lets through only when that authority is granted to the calling plugin.
-//! `https://` requests keep the default sender (a TLS connection each).
+//! wasmtime-wasi-http's default sender opens a new connection (and for `https://` a new TLS
+//! session) for every request. A scaling plugin asks Prometheus two queries per trigger per
+//! poll, so that default opens two connections to the same server per trigger every poll, each
+//! left in `TIME_WAIT`. KubeElasti's Prometheus scaler queries with a Go `http.Client` on the
+//! default transport, which keeps connections alive, and so does this pool: hyper's pooled
+//! client, shared by every call of a [`super::PluginRuntime`], keyed by scheme and authority. A
+//! connection is reused only by a request to the same scheme and authority, which the sandbox
+//! lets through only when that authority is granted to the calling plugin.
+//!
+//! `https://` servers are verified as the default sender verifies them (the webpki roots,
+//! HTTP/1.1 without ALPN, the name or IP address of the authority), plus the CA certificates of
+//! `wasmop run --extra-ca-file`, so that a plugin can reach an in-cluster service signed by the
+//! cluster's own CA.
 //!
 //! The request options keep their meaning with one approximation: the connect and first-byte
 //! timeouts bound the response head together (a reused connection has no connect phase), and
@@ -16,7 +21,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use http_body_util::BodyExt;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -32,29 +40,68 @@ const UNSET_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The shared pool; cloning it is cheap and shares the connections.
 #[derive(Clone, Debug)]
-pub struct HttpPool(Client<HttpConnector, WasiBody>);
+pub struct HttpPool(Client<HttpsConnector<HttpConnector>, WasiBody>);
 
 impl HttpPool {
-    /// A pool that keeps at most `max_idle_per_host` idle connections per authority, each for
-    /// [`IDLE_TIMEOUT`]. Requests need a Tokio runtime; building the pool does not.
-    pub fn new(max_idle_per_host: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        Self(
+    /// A pool that keeps at most `max_idle_per_host` idle connections per scheme and authority,
+    /// each for [`IDLE_TIMEOUT`], and trusts the webpki roots plus the PEM certificates of
+    /// `extra_ca_pem` for `https://`. Requests need a Tokio runtime; building the pool does not.
+    ///
+    /// # Errors
+    /// `extra_ca_pem` holds no PEM certificate, a malformed one, or one rustls refuses as a
+    /// trust anchor.
+    pub fn new(max_idle_per_host: usize, extra_ca_pem: Option<&[u8]>) -> Result<Self, String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        if let Some(pem) = extra_ca_pem {
+            let before = roots.len();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| format!("extra CA certificates: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("extra CA certificates: {e}"))?;
+            }
+            if roots.len() == before {
+                return Err("extra CA certificates: no PEM certificate found \
+                            (expected -----BEGIN CERTIFICATE----- blocks)"
+                    .into());
+            }
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(true);
+        tcp.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp);
+        Ok(Self(
             Client::builder(TokioExecutor::new())
                 .pool_idle_timeout(IDLE_TIMEOUT)
                 .pool_max_idle_per_host(max_idle_per_host.max(1))
                 .pool_timer(TokioTimer::new())
                 .build(connector),
-        )
+        ))
     }
 
-    /// Sends `request` (an absolute `http://` URI) on an idle connection to its authority, or
-    /// a new one, under the guest's `options`.
+    /// Sends `request` (an absolute `http://` or `https://` URI) on an idle connection to its
+    /// scheme and authority, or a new one, under the guest's `options`.
     ///
     /// # Errors
     /// The `wasi:http` error the guest sees: `connection-refused` or a DNS error when it cannot
-    /// connect, `connection-read-timeout` when the head does not arrive in time,
+    /// connect, `TLS-certificate-error` when the server's certificate is not trusted for its
+    /// name, `TLS-alert-received` when the server ends the handshake, `TLS-protocol-error` for
+    /// another TLS failure, `connection-read-timeout` when the head does not arrive in time,
     /// `HTTP-protocol-error` for a malformed response.
     pub async fn send(
         &self,
@@ -79,11 +126,15 @@ impl HttpPool {
 }
 
 /// The `wasi:http` error for a failed request, as the default sender classifies it: a connect
-/// failure by its I/O error (refused, DNS, timed out), anything else as a protocol error.
+/// failure by its I/O error (refused, DNS, timed out), anything else as a protocol error. TLS
+/// failures are told apart by rustls' error, where the default sender reports each as
+/// `TLS-protocol-error`.
 fn client_error(e: hyper_util::client::legacy::Error) -> Error {
     tracing::debug!("plugin HTTP request failed: {e:?}");
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    while let Some(c) = cause {
+    if let Some(tls) = causes(&e).find_map(|c| c.downcast_ref::<rustls::Error>()) {
+        return tls_error(tls);
+    }
+    for c in causes(&e) {
         if e.is_connect()
             && let Some(io) = c.downcast_ref::<std::io::Error>()
         {
@@ -99,12 +150,41 @@ fn client_error(e: hyper_util::client::legacy::Error) -> Error {
                 Error::HttpProtocolError
             };
         }
-        cause = c.source();
     }
     if e.is_connect() {
         Error::ConnectionRefused
     } else {
         Error::HttpProtocolError
+    }
+}
+
+/// `e` and its causes, outermost first. An I/O error's `source()` skips the error it wraps
+/// (TLS failures arrive as rustls' error inside two of them), so that one is taken instead.
+fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |c| {
+        match c
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        }
+    })
+}
+
+/// The `wasi:http` error for a failed TLS handshake.
+fn tls_error(e: &rustls::Error) -> Error {
+    match e {
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+            Error::TlsCertificateError
+        }
+        rustls::Error::AlertReceived(alert) => Error::TlsAlertReceived {
+            alert_id: Some(u8::from(*alert)),
+            alert_message: Some(format!("{alert:?}")),
+        },
+        _ => Error::TlsProtocolError,
     }
 }
 

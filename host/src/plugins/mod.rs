@@ -290,8 +290,10 @@ pub struct PluginRuntime {
     linker: Linker<Sandbox>,
     cache: CompileCache,
     permits: Arc<Semaphore>,
-    /// Keep-alive connections of plugins' granted `http://` requests.
+    /// Keep-alive connections of plugins' granted `http://` and `https://` requests.
     http_pool: http_pool::HttpPool,
+    /// [`RuntimeOptions::extra_ca_pem`].
+    extra_ca_pem: Option<Vec<u8>>,
     stop: Arc<AtomicBool>,
     /// One pre-instance per (digest, hook), shared by every entry using that component.
     pres: std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
@@ -316,6 +318,9 @@ pub struct RuntimeOptions {
     /// is virtual memory ([`pooling_reservation`]); where it is refused (e.g. `ulimit -v`), the
     /// runtime logs why and allocates each instance on demand instead.
     pub pooling: bool,
+    /// PEM CA certificates that plugins' `https://` requests trust besides the webpki roots
+    /// (`wasmop run --extra-ca-file`); also used for `https://` plugin sources.
+    pub extra_ca_pem: Option<Vec<u8>>,
 }
 
 /// Environment variable that, set to `1`, makes the runtime write `/tmp/perf-<pid>.map`, so that
@@ -369,6 +374,7 @@ impl Default for RuntimeOptions {
                 .map(usize::from)
                 .unwrap_or(2),
             pooling: true,
+            extra_ca_pem: None,
         }
     }
 }
@@ -388,8 +394,12 @@ impl PluginRuntime {
     /// A runtime with its own engine and a 10 ms epoch ticker thread (stopped on drop).
     ///
     /// # Errors
-    /// The engine or the cache directory cannot be set up.
+    /// The engine or the cache directory cannot be set up, or `extra_ca_pem` holds no valid
+    /// CA certificates.
     pub fn new(opts: RuntimeOptions) -> anyhow::Result<Arc<Self>> {
+        let http_pool =
+            http_pool::HttpPool::new(opts.max_concurrent_calls, opts.extra_ca_pem.as_deref())
+                .map_err(anyhow::Error::msg)?;
         let mut config = Config::new();
         config
             .wasm_component_model(true)
@@ -439,10 +449,16 @@ impl PluginRuntime {
             linker,
             cache,
             permits: Arc::new(Semaphore::new(opts.max_concurrent_calls.max(1))),
-            http_pool: http_pool::HttpPool::new(opts.max_concurrent_calls),
+            http_pool,
+            extra_ca_pem: opts.extra_ca_pem,
             stop,
             pres: Default::default(),
         }))
+    }
+
+    /// [`RuntimeOptions::extra_ca_pem`]: PEM CA certificates trusted besides the usual roots.
+    pub fn extra_ca_pem(&self) -> Option<&[u8]> {
+        self.extra_ca_pem.as_deref()
     }
 
     /// The wasmtime engine.

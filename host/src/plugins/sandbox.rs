@@ -31,8 +31,8 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// A sandbox for `plugin` with the given limits and grants; its granted `http://` requests
-    /// go through `pool`.
+    /// A sandbox for `plugin` with the given limits and grants; its granted `http://` and
+    /// `https://` requests go through `pool`.
     ///
     /// # Errors
     /// `grants.readOnlyDir` cannot be opened.
@@ -175,8 +175,9 @@ impl ResourceLimiter for Limiter {
 
 /// `wasi:http` hooks that let a request through only when its parsed authority (`host:port`,
 /// port defaulted from the scheme) is listed in `grants.allowedHosts`. The Host header plays
-/// no part (the lesson of Spin's CVE-2024-32980). Granted `http://` requests go through the
-/// runtime's keep-alive pool, `https://` ones through the default sender.
+/// no part (the lesson of Spin's CVE-2024-32980). Granted `http://` and `https://` requests go
+/// through the runtime's keep-alive pool; any other scheme through wasmtime-wasi-http's default
+/// sender (plain HTTP).
 struct HttpAllowlist {
     allowed: Vec<String>,
     denied: Vec<String>,
@@ -242,7 +243,10 @@ impl WasiHttpHooks for HttpAllowlist {
         if let Some(pool) = self
             .pool
             .as_ref()
-            .filter(|_| uri.scheme() == Some(&http::uri::Scheme::HTTP))
+            .filter(|_| {
+                uri.scheme() == Some(&http::uri::Scheme::HTTP)
+                    || uri.scheme() == Some(&http::uri::Scheme::HTTPS)
+            })
             .cloned()
         {
             return Box::new(async move {

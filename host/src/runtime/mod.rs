@@ -74,8 +74,9 @@ pub struct RunOptions {
     /// The controllers to run (comma-separated); all by default.
     #[arg(long, env = "WASMOP_CONTROLLERS", value_delimiter = ',', default_values_t = ControllerKind::ALL.to_vec(), value_enum)]
     pub controllers: Vec<ControllerKind>,
-    /// PEM file of CA certificates trusted for `https://` plugin sources, in addition to the
-    /// system's roots.
+    /// PEM file of CA certificates trusted, in addition to the usual roots, for `https://`
+    /// plugin sources (besides the system's roots) and for plugins' `https://` requests
+    /// (besides the webpki roots), e.g. the cluster's CA.
     #[arg(long, env = "WASMOP_EXTRA_CA_FILE")]
     pub extra_ca_file: Option<PathBuf>,
     /// Wasmtime's pooling instance allocator (on by default; `--pooling=false` turns it off):
@@ -110,28 +111,13 @@ pub struct Context {
     pub options: RunOptions,
     /// The DR loop's view of the lease (`/dr`).
     pub dr: Arc<crate::dr::machine::Status>,
-    extra_ca_pem: Option<Vec<u8>>,
     registry_loaded: AtomicBool,
     reloads: watch::Sender<u64>,
 }
 
 impl Context {
     /// A context for `client` and `registry`; the gate starts passive until the DR loop opens it.
-    ///
-    /// # Errors
-    /// `--extra-ca-file` cannot be read.
-    pub fn new(
-        client: Client,
-        registry: Arc<Registry>,
-        options: RunOptions,
-    ) -> anyhow::Result<Arc<Self>> {
-        let extra_ca_pem = match &options.extra_ca_file {
-            Some(path) => Some(
-                std::fs::read(path)
-                    .with_context(|| format!("cannot read --extra-ca-file {}", path.display()))?,
-            ),
-            None => None,
-        };
+    pub fn new(client: Client, registry: Arc<Registry>, options: RunOptions) -> Arc<Self> {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -139,16 +125,15 @@ impl Context {
                 instance: Some(options.identity.clone()),
             },
         );
-        Ok(Arc::new(Self {
+        Arc::new(Self {
             client,
             registry,
             writer: Writer::new(WriteGate::new(false), recorder),
             options,
             dr: Arc::default(),
-            extra_ca_pem,
             registry_loaded: AtomicBool::new(false),
             reloads: watch::Sender::new(0),
-        }))
+        })
     }
 
     /// The write gate.
@@ -161,9 +146,10 @@ impl Context {
         &self.options.namespace
     }
 
-    /// Extra CA certificates for `https://` plugin sources.
+    /// Extra CA certificates (`--extra-ca-file`), for `https://` plugin sources; the plugin
+    /// runtime trusts them for plugins' `https://` requests too.
     pub fn extra_ca_pem(&self) -> Option<&[u8]> {
-        self.extra_ca_pem.as_deref()
+        self.registry.runtime().extra_ca_pem()
     }
 
     /// An `Api` for a namespaced kind over the watched scope: `--watch-namespace` if set,
@@ -226,13 +212,21 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("cannot connect to the Kubernetes API (is KUBECONFIG set?)")?;
+    let extra_ca_pem = match &opts.extra_ca_file {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read --extra-ca-file {}", path.display()))?,
+        ),
+        None => None,
+    };
     let runtime = PluginRuntime::new(RuntimeOptions {
         pooling: opts.pooling,
+        extra_ca_pem,
         ..RuntimeOptions::default()
     })?;
     let registry = Registry::new(runtime);
     let listen = opts.listen;
-    let ctx = Context::new(client, registry, opts)?;
+    let ctx = Context::new(client, registry, opts);
 
     let listener = tokio::net::TcpListener::bind(listen)
         .await

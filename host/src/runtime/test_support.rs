@@ -24,8 +24,9 @@ pub(crate) fn unreachable_context(args: &[&str]) -> Arc<Context> {
         cache_dir: None,
         max_concurrent_calls: 1,
         pooling: false,
+        extra_ca_pem: None,
     })
     .expect("a plugin runtime");
     let options = Cli::parse_from(std::iter::once("wasmop").chain(args.iter().copied())).run;
-    Context::new(client, Registry::new(runtime), options).expect("a context")
+    Context::new(client, Registry::new(runtime), options)
 }
