@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
+use wasmop_tests::tls::TestCa;
 
 /// Serves `body` over TLS at 127.0.0.1 for `connections` connections; returns the port.
 async fn serve(config: Arc<rustls::ServerConfig>, body: Vec<u8>, connections: usize) -> u16 {
@@ -35,32 +36,13 @@ async fn serve(config: Arc<rustls::ServerConfig>, body: Vec<u8>, connections: us
 
 #[tokio::test]
 async fn https_sources_are_downloaded_verified_and_loaded() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    let cert = params
-        .signed_by(&key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
-        .unwrap();
-
+    let ca = TestCa::new("wasmop test CA");
     let dir = std::env::temp_dir().join(format!("wasmop-https-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fetch = LocalFetch {
-        extra_ca_pem: Some(ca.pem().into_bytes()),
+        extra_ca_pem: Some(ca.pem().as_bytes().to_vec()),
     };
-
-    let server = Arc::new(
-        rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap(),
-    );
+    let server = ca.server_config(&["localhost"]);
     let wasm = builtin::find("dr-lease").unwrap().wasm.to_vec();
     let port = serve(server.clone(), wasm.clone(), 2).await;
     let runtime = PluginRuntime::new(RuntimeOptions {
@@ -90,20 +72,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     assert!(report.failed[0].1.contains("sha256 mismatch"), "{report:?}");
 
     // A server the CA did not sign is refused.
-    let rogue_key = rcgen::KeyPair::generate().unwrap();
-    let rogue = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .self_signed(&rogue_key)
-        .unwrap();
-    let rogue_server = Arc::new(
-        rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![rogue.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(rogue_key.serialize_der().into()),
-            )
-            .unwrap(),
-    );
+    let rogue_server = TestCa::new("rogue CA").server_config(&["localhost"]);
     let rogue_port = serve(rogue_server, wasm.clone(), 1).await;
     let err = wasmop::plugins::registry::https_get(
         &format!("https://localhost:{rogue_port}/dr.wasm"),

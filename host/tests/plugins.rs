@@ -13,6 +13,7 @@ use wasmop::plugins::{
     CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
     RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
 };
+use wasmop_tests::tls::TestCa;
 
 fn components_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("WASMOP_COMPONENTS_DIR"))
@@ -200,35 +201,6 @@ async fn outbound_http_only_to_allowed_hosts() {
     );
 }
 
-/// A CA and a server configuration whose certificate, for `localhost` only, that CA signed;
-/// the CA certificate in PEM.
-fn tls_server(ca_name: &str) -> (Arc<rustls::ServerConfig>, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, ca_name);
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
-        .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![cert.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    (Arc::new(config), ca.pem())
-}
-
 /// An HTTPS server on 127.0.0.1 answering `200 ok` to every request, keeping connections
 /// alive; returns its port and the count of connections it accepted.
 async fn serve_tls(config: Arc<rustls::ServerConfig>) -> (u16, Arc<AtomicUsize>) {
@@ -264,8 +236,8 @@ async fn serve_tls(config: Arc<rustls::ServerConfig>) -> (u16, Arc<AtomicUsize>)
 /// `TLS-certificate-error`; a bad extra CA stops the runtime from starting.
 #[tokio::test]
 async fn https_requests_keep_alive_and_verify_the_server() {
-    let (config, ca_pem) = tls_server("wasmop test CA");
-    let (port, accepted) = serve_tls(config).await;
+    let ca = TestCa::new("wasmop test CA");
+    let (port, accepted) = serve_tls(ca.server_config(&["localhost"])).await;
     let (by_name, by_ip) = (format!("localhost:{port}"), format!("127.0.0.1:{port}"));
     let grant = |s: &mut PluginSpec| s.grants.allowed_hosts = vec![by_name.clone(), by_ip.clone()];
     let rt = PluginRuntime::new(RuntimeOptions {
@@ -274,7 +246,7 @@ async fn https_requests_keep_alive_and_verify_the_server() {
         ),
         max_concurrent_calls: 2,
         pooling: false,
-        extra_ca_pem: Some(ca_pem.into_bytes()),
+        extra_ca_pem: Some(ca.pem().as_bytes().to_vec()),
     })
     .unwrap();
     let p = hostile(&rt, grant).await;

@@ -23,6 +23,7 @@ use kube::{Api, Client, Resource};
 pub mod resolver;
 pub mod restart;
 pub mod routing;
+pub mod tls;
 
 /// Kinds dumped when a test fails.
 pub const DUMP_KINDS: &str = "all,configmaps,endpointslices,events,leases,virtualservices.networking.istio.io,destinationrules.networking.istio.io";

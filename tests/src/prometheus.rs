@@ -36,7 +36,7 @@ impl Exporter {
         let addr = listener.local_addr().expect("exporter address").to_string();
         let body = Arc::new(Mutex::new(String::new()));
         let served = body.clone();
-        serve(listener, Arc::default(), move |_| {
+        serve(listener, None, Arc::default(), move |_| {
             let text = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
             ("text/plain; version=0.0.4", text)
         });
@@ -71,12 +71,24 @@ impl QueryStub {
     /// # Panics
     /// When no loopback port can be bound.
     pub fn start(value: &'static str) -> Self {
+        Self::start_with(value, None)
+    }
+
+    /// Starts the stub behind TLS with `config` (e.g. [`crate::tls::TestCa::server_config`]).
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub fn start_tls(value: &'static str, config: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(value, Some(config))
+    }
+
+    fn start_with(value: &'static str, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the query stub");
         let addr = listener.local_addr().expect("stub address").to_string();
         let served = Arc::new(AtomicUsize::new(0));
         let connections = Arc::new(AtomicUsize::new(0));
         let count = served.clone();
-        serve(listener, connections.clone(), move |request| {
+        serve(listener, tls, connections.clone(), move |request| {
             count.fetch_add(1, Ordering::Relaxed);
             let v = if request.contains("min_over_time") {
                 "1"
@@ -115,47 +127,60 @@ impl QueryStub {
 const IDLE: Duration = Duration::from_secs(120);
 
 /// Serves `listener` on a thread that lives as long as the process, each connection on a
-/// thread of its own: reads request heads (no bodies) and answers each `200` with the content
-/// type and body `answer` gives for it, keeping the connection open for the next; counts the
-/// connections in `connections`.
+/// thread of its own (behind TLS with `tls`): reads request heads (no bodies) and answers each
+/// `200` with the content type and body `answer` gives for it, keeping the connection open for
+/// the next; counts the connections in `connections`.
 fn serve(
     listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     connections: Arc<AtomicUsize>,
     answer: impl Fn(&str) -> (&'static str, String) + Send + Sync + 'static,
 ) {
     let answer = Arc::new(answer);
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
+            let Ok(conn) = conn else { continue };
             connections.fetch_add(1, Ordering::Relaxed);
-            let answer = answer.clone();
+            let (answer, tls) = (answer.clone(), tls.clone());
             std::thread::spawn(move || {
                 let _ = conn.set_read_timeout(Some(IDLE));
                 let _ = conn.set_nodelay(true);
-                let mut buf = [0u8; 4096];
-                let mut pending = Vec::new();
-                loop {
-                    let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match conn.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => pending.extend_from_slice(&buf[..n]),
-                        }
-                        continue;
-                    };
-                    let head: Vec<u8> = pending.drain(..end + 4).collect();
-                    let (content_type, body) = answer(&String::from_utf8_lossy(&head));
-                    // One write, as a server that buffers its response sends it.
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if conn.write_all(response.as_bytes()).is_err() {
-                        return;
+                match tls.map(rustls::ServerConnection::new) {
+                    None => answer_requests(conn, &*answer),
+                    Some(Ok(session)) => {
+                        answer_requests(rustls::StreamOwned::new(session, conn), &*answer);
                     }
+                    Some(Err(_)) => {}
                 }
             });
         }
     });
+}
+
+/// Answers the requests of one connection until the client closes it or stays idle past
+/// [`IDLE`].
+fn answer_requests(mut conn: impl Read + Write, answer: &dyn Fn(&str) -> (&'static str, String)) {
+    let mut buf = [0u8; 4096];
+    let mut pending = Vec::new();
+    loop {
+        let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+            }
+            continue;
+        };
+        let head: Vec<u8> = pending.drain(..end + 4).collect();
+        let (content_type, body) = answer(&String::from_utf8_lossy(&head));
+        // One write, as a server that buffers its response sends it.
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if conn.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
 }
 
 /// A Prometheus server on `127.0.0.1` scraping one exporter every second; killed on drop.

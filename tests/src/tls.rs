@@ -1,0 +1,59 @@
+//! A certificate authority made for one test, and TLS server configurations it signs, for
+//! servers on loopback that the code under test must (or must not) trust.
+
+use std::sync::Arc;
+
+/// A self-signed CA; its key stays in memory.
+pub struct TestCa {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    pem: String,
+}
+
+impl TestCa {
+    /// A new CA whose common name is `name`.
+    ///
+    /// # Panics
+    /// When rcgen cannot make the key or the certificate.
+    pub fn new(name: &str) -> Self {
+        let key = rcgen::KeyPair::generate().expect("a CA key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = params.self_signed(&key).expect("a CA certificate").pem();
+        Self { params, key, pem }
+    }
+
+    /// The CA certificate in PEM, as `--extra-ca-file` holds it.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A server configuration (rustls on ring) presenting a certificate for `names` (DNS names
+    /// or IP addresses) signed by this CA.
+    ///
+    /// # Panics
+    /// When rcgen or rustls refuses the names or the certificate.
+    pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().expect("a server key");
+        let names = names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        let cert = rcgen::CertificateParams::new(names)
+            .expect("server params")
+            .signed_by(&key, &rcgen::Issuer::from_params(&self.params, &self.key))
+            .expect("a server certificate");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .expect("a server configuration");
+        Arc::new(config)
+    }
+}
