@@ -9,6 +9,7 @@ use wasmop::plugins::{
     Failure, Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions, TriggerRequest, Vote, builtin,
 };
 use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus, QueryStub};
+use wasmop_tests::tls::TestCa;
 use wasmop_tests::{eventually, free_port};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -16,10 +17,15 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const COOLDOWN_SECONDS: u32 = 2;
 
 async fn scaler(allowed: &[&str]) -> Arc<Plugin> {
-    scaler_with(allowed, None).await
+    scaler_with(allowed, None, None).await
 }
 
-async fn scaler_with(allowed: &[&str], settings: Option<serde_json::Value>) -> Arc<Plugin> {
+/// The scaler granted `allowed`, with `settings`, in a runtime that trusts `extra_ca_pem`.
+async fn scaler_with(
+    allowed: &[&str],
+    settings: Option<serde_json::Value>,
+    extra_ca_pem: Option<&str>,
+) -> Arc<Plugin> {
     let rt = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(std::env::temp_dir().join(format!(
             "wasmop-scaling-prometheus-tests-{}",
@@ -27,7 +33,7 @@ async fn scaler_with(allowed: &[&str], settings: Option<serde_json::Value>) -> A
         ))),
         max_concurrent_calls: 2,
         pooling: false,
-        extra_ca_pem: None,
+        extra_ca_pem: extra_ca_pem.map(|pem| pem.as_bytes().to_vec()),
     })
     .unwrap();
     let mut spec = PluginSpec::new("prometheus", Hook::Scaling, "builtin://scaling-prometheus");
@@ -48,11 +54,16 @@ fn trigger(prom: &Prometheus, query: &str, threshold: serde_json::Value) -> Trig
     }))
 }
 
-/// A trigger asking the Prometheus API at `addr` (`host:port`).
+/// A trigger asking the Prometheus API at `http://{addr}` (`host:port`).
 fn trigger_at(addr: &str) -> TriggerRequest {
+    trigger_for(&format!("http://{addr}"))
+}
+
+/// A trigger asking the Prometheus API at `server_address`.
+fn trigger_for(server_address: &str) -> TriggerRequest {
     trigger_request(serde_json::json!({
         "query": "sum(rate(http_requests_total[1m]))",
-        "serverAddress": format!("http://{addr}"),
+        "serverAddress": server_address,
         "threshold": "0.5",
     }))
 }
@@ -218,6 +229,43 @@ async fn votes_reuse_connections_to_prometheus() {
     );
 }
 
+/// An `https://` Prometheus (as upstream's Go client reaches one): trusted when a CA of
+/// `--extra-ca-file` signed its certificate, and its connection kept alive; refused, with a
+/// message that says what to do, by a runtime without that CA.
+#[tokio::test]
+async fn votes_over_https_trust_the_extra_ca() {
+    let ca = TestCa::new("wasmop test CA");
+    let prometheus = QueryStub::start_tls("0.2", ca.server_config(&["localhost"]));
+    let (_, port) = prometheus.addr.rsplit_once(':').unwrap();
+    let authority = format!("localhost:{port}");
+    let server = format!("https://{authority}");
+    let plugin = scaler_with(&[authority.as_str()], None, Some(ca.pem())).await;
+    for _ in 0..5 {
+        let vote = plugin.vote(trigger_for(&server)).await.unwrap();
+        assert_eq!(vote.vote, Vote::Down, "{}", vote.reason);
+    }
+    assert_eq!(prometheus.served(), 10);
+    assert!(
+        prometheus.connections() <= 2,
+        "10 queries in a row opened {} TLS connections",
+        prometheus.connections()
+    );
+
+    let untrusting = scaler(&[authority.as_str()]).await;
+    let e = untrusting.vote(trigger_for(&server)).await.unwrap_err();
+    let Failure::Plugin { message, field } = &e.failure else {
+        panic!("{e}")
+    };
+    assert_eq!(field.as_deref(), Some("metadata.serverAddress"), "{e}");
+    assert!(
+        message.contains(&format!(
+            "the TLS certificate of serverAddress {server} is not trusted: it must be valid for \
+             localhost and signed by a public CA or by a CA of wasmop run --extra-ca-file"
+        )),
+        "{message}"
+    );
+}
+
 /// A pooled request fails with its cause: nothing listening is a refused connection, a server
 /// that never answers runs into the plugin's `timeoutMs`.
 #[tokio::test]
@@ -228,6 +276,7 @@ async fn unreachable_and_silent_servers_fail_with_their_cause() {
     let plugin = scaler_with(
         &[closed.as_str(), silent.as_str()],
         Some(serde_json::json!({"timeoutMs": 300})),
+        None,
     )
     .await;
     for (addr, says) in [

@@ -88,8 +88,7 @@ fn get(trigger: &Trigger, settings: &Settings, url: &str) -> Result<(u16, Vec<u8
             crate::transport_error(server, &e, settings.timeout_ms),
         )
     };
-    let (authority, path_with_query) =
-        crate::split_http_url(url).map_err(|e| Error::field("metadata.serverAddress", e))?;
+    let url_parts = crate::split_url(url).map_err(|e| Error::field("metadata.serverAddress", e))?;
 
     let entries: Vec<(String, Vec<u8>)> = trigger
         .headers
@@ -113,13 +112,17 @@ fn get(trigger: &Trigger, settings: &Settings, url: &str) -> Result<(u16, Vec<u8
         .set_method(&Method::Get)
         .map_err(|()| invalid("method"))?;
     request
-        .set_scheme(Some(&Scheme::Http))
+        .set_scheme(Some(if url_parts.https {
+            &Scheme::Https
+        } else {
+            &Scheme::Http
+        }))
         .map_err(|()| invalid("scheme"))?;
     request
-        .set_authority(Some(authority))
+        .set_authority(Some(url_parts.authority))
         .map_err(|()| invalid("authority"))?;
     request
-        .set_path_with_query(Some(path_with_query))
+        .set_path_with_query(Some(url_parts.path_with_query))
         .map_err(|()| invalid("path"))?;
 
     let timeout_ns = settings.timeout_ms.saturating_mul(1_000_000);
@@ -202,6 +205,12 @@ fn classify(e: &ErrorCode) -> TransportError {
         | ErrorCode::ConnectionReadTimeout
         | ErrorCode::ConnectionWriteTimeout
         | ErrorCode::HttpResponseTimeout => TransportError::Timeout,
+        ErrorCode::TlsCertificateError => TransportError::UntrustedCertificate,
+        ErrorCode::TlsProtocolError => TransportError::Tls("protocol error".into()),
+        ErrorCode::TlsAlertReceived(alert) => TransportError::Tls(format!(
+            "the server sent the alert {}",
+            alert.alert_message.as_deref().unwrap_or("(unnamed)")
+        )),
         other => TransportError::Other(format!("{other:?}")),
     }
 }

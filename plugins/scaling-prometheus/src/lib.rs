@@ -19,7 +19,7 @@
 //! | key | | meaning |
 //! |---|---|---|
 //! | `query` | required | PromQL returning one series (aggregate it, e.g. with `sum()`) |
-//! | `serverAddress` | required | `http://host[:port][/path]`; `https://` is not supported |
+//! | `serverAddress` | required | `http://` or `https://host[:port][/path]` |
 //! | `threshold` | required | a JSON number or a numeric string (`0.5` or `"0.5"`) |
 //! | `uptimeFilter` | optional | label matchers for `up{...}`, default `container="prometheus"` |
 //! | `headers` | optional | object of header name → value added to both requests |
@@ -28,7 +28,8 @@
 //! wait for the response head and each wait between body bytes of every request.
 //!
 //! Every request goes to `serverAddress`, whose host must be listed in the plugin's
-//! `grants.allowedHosts`.
+//! `grants.allowedHosts`. An `https://` server must present a certificate the host trusts for
+//! its name: one from a public CA (the webpki roots) or from a CA of `wasmop run --extra-ca-file`.
 
 #[cfg(target_arch = "wasm32")]
 mod component;
@@ -182,7 +183,8 @@ pub fn check_trigger_type(trigger_type: &str) -> Result<(), Error> {
 pub struct Trigger {
     /// The PromQL query; it must return one series.
     pub query: String,
-    /// `http://authority[/path]`, without a trailing `/`.
+    /// `http://authority[/path]` or `https://authority[/path]`, the scheme in lower case,
+    /// without a trailing `/`.
     pub server_address: String,
     /// A value below this votes down.
     pub threshold: f64,
@@ -240,8 +242,7 @@ impl Trigger {
 
     /// The `host[:port]` part of the server address.
     pub fn authority(&self) -> &str {
-        let rest = &self.server_address["http://".len()..];
-        rest.split('/').next().unwrap_or(rest)
+        split_url(&self.server_address).map_or("", |url| url.authority)
     }
 }
 
@@ -296,24 +297,18 @@ fn parse_server_address(raw: &str) -> Result<String, Error> {
     const FIELD: &str = "metadata.serverAddress";
     let s = raw.trim();
     let lower = s.to_ascii_lowercase();
-    if lower.starts_with("https://") {
+    let Some(scheme) = ["http://", "https://"]
+        .into_iter()
+        .find(|scheme| lower.starts_with(scheme))
+    else {
         return Err(Error::field(
             FIELD,
             format_args!(
-                "{raw:?} uses https, which this plugin does not support; use an http:// address \
-                 (e.g. the in-cluster Service, http://prometheus.monitoring:9090)"
+                "{raw:?} must be an http:// or https:// URL such as http://prometheus.monitoring:9090"
             ),
         ));
-    }
-    if !lower.starts_with("http://") {
-        return Err(Error::field(
-            FIELD,
-            format_args!(
-                "{raw:?} must be an http:// URL such as http://prometheus.monitoring:9090"
-            ),
-        ));
-    }
-    let rest = &s["http://".len()..];
+    };
+    let rest = &s[scheme.len()..];
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let bad = |why: &str| Err(Error::field(FIELD, format_args!("{raw:?} {why}")));
     if authority.is_empty() {
@@ -355,7 +350,7 @@ fn parse_server_address(raw: &str) -> Result<String, Error> {
     if port.is_some_and(|p| !port_ok(p)) {
         return bad("has an invalid port");
     }
-    Ok(format!("http://{authority}{}", path.trim_end_matches('/')))
+    Ok(format!("{scheme}{authority}{}", path.trim_end_matches('/')))
 }
 
 fn parse_headers(v: Option<&Value>) -> Result<BTreeMap<String, String>, Error> {
@@ -434,21 +429,42 @@ pub fn query_url(server: &str, promql: &str) -> String {
     )
 }
 
-/// Splits an `http://` URL into its authority and its path with query (`/` when empty).
+/// The parts of an `http://` or `https://` URL that a request needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UrlParts<'a> {
+    /// Whether the scheme is `https`.
+    pub https: bool,
+    /// `host[:port]`.
+    pub authority: &'a str,
+    /// The path with query, `/` when empty.
+    pub path_with_query: &'a str,
+}
+
+/// Splits an `http://` or `https://` URL (scheme in any case) into its parts.
 ///
 /// # Errors
-/// A URL that is not `http://` or has no authority.
-pub fn split_http_url(url: &str) -> Result<(&str, &str), String> {
-    let rest = url
-        .get(..7)
-        .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
-        .map(|_| &url[7..])
-        .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+/// A URL of another scheme, or without an authority.
+pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
+    let scheme_is = |scheme: &str| {
+        url.get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+    };
+    let (https, rest) = if scheme_is("http://") {
+        (false, &url["http://".len()..])
+    } else if scheme_is("https://") {
+        (true, &url["https://".len()..])
+    } else {
+        return Err(format!("{url:?} is not an http:// or https:// URL"));
+    };
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     if authority.is_empty() {
         return Err(format!("{url:?} has no host"));
     }
-    Ok((authority, if path.is_empty() { "/" } else { path }))
+    Ok(UrlParts {
+        https,
+        authority,
+        path_with_query: if path.is_empty() { "/" } else { path },
+    })
 }
 
 #[derive(Deserialize)]
@@ -565,6 +581,10 @@ pub enum TransportError {
     Dns,
     /// A timeout expired (connect, response head, or between body bytes).
     Timeout,
+    /// The server's TLS certificate is not trusted for its name.
+    UntrustedCertificate,
+    /// The TLS handshake failed otherwise, described.
+    Tls(String),
     /// Anything else, described.
     Other(String),
 }
@@ -572,7 +592,7 @@ pub enum TransportError {
 /// The error message for a request to `server` (the trigger's `serverAddress`) that got no
 /// response because of `e`; `timeout_ms` is the timeout in force.
 pub fn transport_error(server: &str, e: &TransportError, timeout_ms: u64) -> String {
-    let host = split_http_url(server).map_or(server, |(authority, _)| authority);
+    let host = split_url(server).map_or(server, |url| url.authority);
     let grant = format!("its host ({host}) must be listed in the plugin's grants.allowedHosts");
     match e {
         TransportError::Denied => format!("request to serverAddress {server} was denied: {grant}"),
@@ -583,7 +603,23 @@ pub fn transport_error(server: &str, e: &TransportError, timeout_ms: u64) -> Str
         TransportError::Timeout => {
             format!("request to serverAddress {server} timed out after {timeout_ms} ms")
         }
+        TransportError::UntrustedCertificate => format!(
+            "the TLS certificate of serverAddress {server} is not trusted: it must be valid for \
+             {} and signed by a public CA or by a CA of wasmop run --extra-ca-file",
+            without_port(host)
+        ),
+        TransportError::Tls(what) => {
+            format!("the TLS handshake with serverAddress {server} failed: {what}")
+        }
         TransportError::Other(what) => format!("request to serverAddress {server} failed: {what}"),
+    }
+}
+
+/// `authority` without its `:port`, e.g. `prom` of `prom:9090`, `[::1]` of `[::1]:443`.
+fn without_port(authority: &str) -> &str {
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
     }
 }
 

@@ -131,15 +131,24 @@ fn metadata_must_be_an_object() {
 }
 
 #[test]
-fn server_address_must_be_http() {
-    let e = parse_err(&[("serverAddress", "https://prom:9090".into())]);
-    assert_eq!(e.field.as_deref(), Some("metadata.serverAddress"));
-    assert!(e.message.starts_with(r#"metadata.serverAddress: "https://prom:9090" uses https, which this plugin does not support; use an http:// address"#), "{e}");
-    let e = parse_err(&[("serverAddress", "prom:9090".into())]);
-    assert_eq!(
-        e.message,
-        r#"metadata.serverAddress: "prom:9090" must be an http:// URL such as http://prometheus.monitoring:9090"#
-    );
+fn server_address_must_be_http_or_https() {
+    let t = Trigger::parse(&meta(&[(
+        "serverAddress",
+        "HTTPS://prom.example/prometheus/".into(),
+    )]))
+    .unwrap();
+    assert_eq!(t.server_address, "https://prom.example/prometheus");
+    assert_eq!(t.authority(), "prom.example");
+    for raw in ["prom:9090", "ftp://prom:9090"] {
+        let e = parse_err(&[("serverAddress", raw.into())]);
+        assert_eq!(e.field.as_deref(), Some("metadata.serverAddress"));
+        assert_eq!(
+            e.message,
+            format!(
+                r#"metadata.serverAddress: "{raw}" must be an http:// or https:// URL such as http://prometheus.monitoring:9090"#
+            )
+        );
+    }
     for (bad, why) in [
         ("http://", "has no host"),
         ("http://:9090", "has no host"),
@@ -241,18 +250,29 @@ fn url_encoding() {
 
 #[test]
 fn splits_urls() {
+    let parts = |https, authority, path_with_query| {
+        Ok(UrlParts {
+            https,
+            authority,
+            path_with_query,
+        })
+    };
     assert_eq!(
-        split_http_url("http://prom:9090/api/v1/query?query=up"),
-        Ok(("prom:9090", "/api/v1/query?query=up"))
+        split_url("http://prom:9090/api/v1/query?query=up"),
+        parts(false, "prom:9090", "/api/v1/query?query=up")
     );
-    assert_eq!(split_http_url("HTTP://prom"), Ok(("prom", "/")));
+    assert_eq!(split_url("HTTP://prom"), parts(false, "prom", "/"));
+    assert_eq!(
+        split_url("Https://prom.example/p"),
+        parts(true, "prom.example", "/p")
+    );
     assert!(
-        split_http_url("https://prom")
+        split_url("ftp://prom")
             .unwrap_err()
-            .contains("not an http:// URL")
+            .contains("not an http:// or https:// URL")
     );
-    assert!(split_http_url("http:///x").unwrap_err().contains("no host"));
-    assert!(split_http_url("ht").is_err());
+    assert!(split_url("https:///x").unwrap_err().contains("no host"));
+    assert!(split_url("ht").is_err());
 }
 
 #[test]
@@ -472,5 +492,24 @@ fn http_error_texts() {
     assert_eq!(
         transport_error(s, &TransportError::Other("boom".into()), 1),
         "request to serverAddress http://prom.monitoring:9090 failed: boom"
+    );
+    for (s, name) in [
+        ("https://prom.example", "prom.example"),
+        ("https://prom.example:8443/p", "prom.example"),
+        ("https://[::1]:8443", "[::1]"),
+        ("https://[::1]", "[::1]"),
+    ] {
+        assert_eq!(
+            transport_error(s, &TransportError::UntrustedCertificate, 1),
+            format!(
+                "the TLS certificate of serverAddress {s} is not trusted: it must be valid for \
+                 {name} and signed by a public CA or by a CA of wasmop run --extra-ca-file"
+            )
+        );
+    }
+    let s = "https://prom.example";
+    assert_eq!(
+        transport_error(s, &TransportError::Tls("protocol error".into()), 1),
+        "the TLS handshake with serverAddress https://prom.example failed: protocol error"
     );
 }
