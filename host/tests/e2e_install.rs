@@ -1,4 +1,5 @@
-//! E2E: the install. The Helm chart lints clean and renders to the committed deploy/manifests;
+//! E2E: the install. The Helm chart lints clean and renders to the committed deploy/manifests
+//! (and mounts an extra CA as `--extra-ca-file` when asked);
 //! its workloads run non-root on a read-only root filesystem with resources set; the rendered
 //! manifests install on the local control plane with strict server-side field validation; the
 //! operator runs from them as a local process under the chart's ServiceAccount and loads the
@@ -21,6 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde::Deserialize;
 use serde_json::Value;
 use wasmop::plugins::sha256_hex;
 use wasmop_tests::{Operator, eventually, install_crds, install_operator_rbac, with_temp_ns};
@@ -53,6 +55,66 @@ fn chart_lints_and_renders_to_the_committed_manifests() {
         "helm lint or the render gate failed:\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `operator.extraCA` mounts the ConfigMap key read-only and passes the file it becomes as
+/// `--extra-ca-file`.
+#[test]
+fn the_chart_mounts_an_extra_ca_and_passes_it_to_the_operator() {
+    let chart = wasmop_tests::repo_root().join("deploy/helm");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(r#". "$0/helm-version.sh" && "$HELM" template wasmop "$0/wasmop" --namespace wasmop-system --set operator.extraCA.configMap=cluster-ca --set operator.extraCA.key=root.pem"#)
+        .arg(&chart)
+        .output()
+        .expect("run helm template");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let operator = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).expect("a YAML document"))
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "wasmop")
+        .expect("the operator Deployment");
+    let pod = &operator["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let file = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--extra-ca-file="))
+        .unwrap_or_else(|| panic!("no --extra-ca-file in {args:?}"));
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "extra-ca")
+        .expect("the extra CA is mounted");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "extra-ca")
+        .expect("the extra CA volume");
+    assert_eq!(volume["configMap"]["name"], "cluster-ca");
+    let item = &volume["configMap"]["items"][0];
+    assert_eq!(item["key"], "root.pem");
+    assert_eq!(
+        format!(
+            "{}/{}",
+            mount["mountPath"].as_str().unwrap(),
+            item["path"].as_str().unwrap()
+        ),
+        file,
+        "--extra-ca-file names the mounted key"
     );
 }
 
