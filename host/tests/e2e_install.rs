@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde::Deserialize;
 use serde_json::Value;
 use wasmop::plugins::sha256_hex;
 use wasmop_tests::{Operator, eventually, install_crds, install_operator_rbac, with_temp_ns};
@@ -34,7 +33,12 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 fn rendered() -> Vec<Value> {
     let text = std::fs::read_to_string(wasmop_tests::manifests_dir().join("wasmop.yaml"))
         .expect("read deploy/manifests/wasmop.yaml");
-    serde_yaml::Deserializer::from_str(&text)
+    documents(&text)
+}
+
+/// The YAML documents of `text` as JSON, empty ones left out.
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
         .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -75,8 +79,8 @@ fn the_chart_mounts_an_extra_ca_and_passes_it_to_the_operator() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let operator = serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).expect("a YAML document"))
+    let operator = documents(&text)
+        .into_iter()
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "wasmop")
         .expect("the operator Deployment");
     let pod = &operator["spec"]["template"]["spec"];
@@ -91,19 +95,14 @@ fn the_chart_mounts_an_extra_ca_and_passes_it_to_the_operator() {
         .iter()
         .find_map(|a| a.strip_prefix("--extra-ca-file="))
         .unwrap_or_else(|| panic!("no --extra-ca-file in {args:?}"));
-    let mount = container["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "extra-ca")
-        .expect("the extra CA is mounted");
+    let extra_ca = |list: &Value| {
+        list.as_array()
+            .and_then(|l| l.iter().find(|v| v["name"] == "extra-ca"))
+            .cloned()
+    };
+    let mount = extra_ca(&container["volumeMounts"]).expect("the extra CA is mounted");
     assert_eq!(mount["readOnly"], true);
-    let volume = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "extra-ca")
-        .expect("the extra CA volume");
+    let volume = extra_ca(&pod["volumes"]).expect("the extra CA volume");
     assert_eq!(volume["configMap"]["name"], "cluster-ca");
     let item = &volume["configMap"]["items"][0];
     assert_eq!(item["key"], "root.pem");

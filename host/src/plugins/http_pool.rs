@@ -51,32 +51,10 @@ impl HttpPool {
     /// `extra_ca_pem` holds no PEM certificate, a malformed one, or one rustls refuses as a
     /// trust anchor.
     pub fn new(max_idle_per_host: usize, extra_ca_pem: Option<&[u8]>) -> Result<Self, String> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore {
+        let webpki = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
-        if let Some(pem) = extra_ca_pem {
-            let before = roots.len();
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("extra CA certificates: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("extra CA certificates: {e}"))?;
-            }
-            if roots.len() == before {
-                return Err("extra CA certificates: no PEM certificate found \
-                            (expected -----BEGIN CERTIFICATE----- blocks)"
-                    .into());
-            }
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let tls = tls_config(webpki, extra_ca_pem)?;
         let mut tcp = HttpConnector::new();
         tcp.set_nodelay(true);
         tcp.enforce_http(false);
@@ -123,6 +101,41 @@ impl HttpPool {
                 .boxed_unsync()
         }))
     }
+}
+
+/// A TLS client configuration (rustls on ring, no client certificate) trusting `roots` plus the
+/// PEM certificates of `extra_ca_pem`.
+///
+/// # Errors
+/// `extra_ca_pem` holds no PEM certificate, a malformed one, or one rustls refuses as a trust
+/// anchor.
+pub(crate) fn tls_config(
+    mut roots: rustls::RootCertStore,
+    extra_ca_pem: Option<&[u8]>,
+) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    if let Some(pem) = extra_ca_pem {
+        let before = roots.len();
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| format!("extra CA certificates: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("extra CA certificates: {e}"))?;
+        }
+        if roots.len() == before {
+            return Err("extra CA certificates: no PEM certificate found \
+                        (expected -----BEGIN CERTIFICATE----- blocks)"
+                .into());
+        }
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth())
 }
 
 /// The `wasi:http` error for a failed request, as the default sender classifies it: a connect

@@ -202,8 +202,6 @@ pub const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// [`MAX_COMPONENT_BYTES`], or a download past [`DOWNLOAD_TIMEOUT`].
 pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>, String> {
     use http_body_util::{BodyExt, Empty, Limited};
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("{url}: not a valid URL: {e}"))?;
@@ -212,21 +210,7 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
     for cert in native.certs {
         let _ = roots.add(cert);
     }
-    if let Some(pem) = extra_ca_pem {
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| format!("extra CA certificates: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("extra CA certificates: {e}"))?;
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS setup: {e}"))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = super::http_pool::tls_config(roots, extra_ca_pem)?;
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
