@@ -279,7 +279,11 @@ async fn https_requests_keep_alive_and_verify_the_server() {
         ..RuntimeOptions::default()
     });
     let e = bad.err().expect("a bad extra CA is refused");
-    assert!(e.to_string().contains("no PEM certificate found"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("extra CA certificates (--extra-ca-file): no PEM certificate found"),
+        "{e}"
+    );
 }
 
 /// A loopback server that accepts connections and never answers.

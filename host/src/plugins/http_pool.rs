@@ -118,15 +118,17 @@ pub(crate) fn tls_config(
     if let Some(pem) = extra_ca_pem {
         let before = roots.len();
         for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| format!("extra CA certificates: {e}"))?;
+            let cert = cert.map_err(|e| format!("extra CA certificates (--extra-ca-file): {e}"))?;
             roots
                 .add(cert)
-                .map_err(|e| format!("extra CA certificates: {e}"))?;
+                .map_err(|e| format!("extra CA certificates (--extra-ca-file): {e}"))?;
         }
         if roots.len() == before {
-            return Err("extra CA certificates: no PEM certificate found \
+            return Err(
+                "extra CA certificates (--extra-ca-file): no PEM certificate found \
                         (expected -----BEGIN CERTIFICATE----- blocks)"
-                .into());
+                    .into(),
+            );
         }
     }
     Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
