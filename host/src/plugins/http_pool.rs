@@ -19,9 +19,8 @@
 //! past them the guest sees `connection-read-timeout`; the between-bytes timeout bounds each
 //! wait for a body frame, as in the default sender.
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
@@ -212,5 +211,51 @@ fn body_error(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
         Ok(h) if h.is_timeout() => Error::HttpResponseTimeout,
         Ok(h) => Error::Hyper(*h),
         Err(_) => Error::HttpProtocolError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_failures_keep_their_kind() {
+        let untrusted = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        assert!(matches!(tls_error(&untrusted), Error::TlsCertificateError));
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
+        assert!(matches!(
+            tls_error(&alert),
+            Error::TlsAlertReceived { alert_id: Some(40), alert_message: Some(ref m) } if m == "HandshakeFailure"
+        ));
+        let other = rustls::Error::DecryptError;
+        assert!(matches!(tls_error(&other), Error::TlsProtocolError));
+    }
+
+    #[test]
+    fn causes_look_inside_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
+        let wrapped =
+            std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
+        let found = causes(&wrapped).find_map(|c| c.downcast_ref::<rustls::Error>());
+        assert!(
+            matches!(found, Some(rustls::Error::InvalidCertificate(_))),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn an_extra_ca_without_certificates_is_refused() {
+        let e = tls_config(rustls::RootCertStore::empty(), Some(b"not PEM")).unwrap_err();
+        assert!(e.contains("no PEM certificate found"), "{e}");
+        let e = tls_config(
+            rustls::RootCertStore::empty(),
+            Some(b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("extra CA certificates (--extra-ca-file): "),
+            "{e}"
+        );
+        assert!(tls_config(rustls::RootCertStore::empty(), None).is_ok());
     }
 }
