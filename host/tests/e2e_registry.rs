@@ -1,7 +1,8 @@
 //! E2E: the plugin registry is hot-reloaded while `wasmop run` runs under the chart's RBAC
 //! (deploy/manifests): a good new version takes effect; a bad one leaves the last good version
 //! serving, with a Warning Event on the ConfigMap and `PluginReady=False` on the DynamicEnv
-//! using it.
+//! using it. `--extra-ca-file` is trusted for `https://` sources, and a file holding no
+//! certificate stops the operator at start.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use wasmop::api::dynamicenv::DynamicEnv;
 use wasmop::plugins::sha256_hex;
+use wasmop_tests::tls::{self, TestCa};
 use wasmop_tests::{
     Process, eventually, free_port, http_get, install_crds, install_operator_rbac,
     service_account_kubeconfig, with_temp_ns,
@@ -268,6 +270,62 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
             },
         )
         .await;
+    })
+    .await;
+}
+
+/// `wasmop run --extra-ca-file`: an `https://` source whose server that CA signed loads; a file
+/// holding no certificate stops the operator at start with an error naming the flag.
+#[tokio::test]
+async fn the_extra_ca_file_is_trusted_for_https_sources() {
+    install_crds();
+    install_operator_rbac();
+    with_temp_ns("extra-ca", |client: Client, ns: String| async move {
+        let ca = TestCa::new("wasmop e2e CA");
+        let router = component("routing_istio.wasm");
+        let digest = sha256_hex(&router);
+        let (port, _) = tls::serve(ca.server_config(&["localhost"]), router).await;
+        set_registry(
+            &client,
+            &ns,
+            &format!(
+                "plugins:\n  - name: remote-routing\n    hook: routing\n    source: https://localhost:{port}/router.wasm\n    sha256: \"{digest}\"\n"
+            ),
+        )
+        .await;
+        let dump = wasmop_tests::dump_dir();
+        let (good_ca, bad_ca) = (dump.join(format!("{ns}-ca.pem")), dump.join(format!("{ns}-bad-ca.pem")));
+        std::fs::write(&good_ca, ca.pem()).unwrap();
+        std::fs::write(&bad_ca, "not a certificate\n").unwrap();
+
+        wasmop_tests::bind_operator_namespace(&ns);
+        let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
+        let operator = |ca_file: &std::path::Path, addr: &str, log: &str| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
+            cmd.args(["run", "--namespace", &ns, "--watch-namespace", &ns, "--listen", addr])
+                .arg(format!("--extra-ca-file={}", ca_file.display()))
+                .env("KUBECONFIG", &kubeconfig);
+            Process::spawn(cmd, dump.join(format!("{ns}-{log}.log")))
+        };
+
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut trusting = operator(&good_ca, &addr, "operator");
+        let entry = eventually("remote-routing loaded from https://", TIMEOUT, async || {
+            assert!(trusting.alive(), "the operator exited:\n{}", trusting.log());
+            plugin_entry(&addr, "remote-routing").filter(|p| p["ready"] == true)
+        })
+        .await;
+        assert_eq!(entry["servingDigest"], digest.as_str());
+
+        let mut refusing = operator(&bad_ca, &format!("127.0.0.1:{}", free_port()), "bad-ca");
+        let log = eventually("the operator refuses the CA file", TIMEOUT, async || {
+            (!refusing.alive()).then(|| refusing.log())
+        })
+        .await;
+        assert!(
+            log.contains("extra CA certificates (--extra-ca-file): no PEM certificate found"),
+            "{log}"
+        );
     })
     .await;
 }

@@ -2,37 +2,9 @@
 //! signed by a test CA (trusted as an extra CA, as `wasmop run --extra-ca-file` does), verified
 //! by sha256, and refused when the server's certificate is not trusted.
 
-use std::sync::Arc;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
-use wasmop_tests::tls::TestCa;
-
-/// Serves `body` over TLS at 127.0.0.1 for `connections` connections; returns the port.
-async fn serve(config: Arc<rustls::ServerConfig>, body: Vec<u8>, connections: usize) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    tokio::spawn(async move {
-        for _ in 0..connections {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let Ok(mut tls) = acceptor.accept(tcp).await else {
-                continue;
-            };
-            let mut buf = vec![0u8; 8192];
-            let _ = tls.read(&mut buf).await;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = tls.write_all(head.as_bytes()).await;
-            let _ = tls.write_all(&body).await;
-            let _ = tls.shutdown().await;
-        }
-    });
-    port
-}
+use wasmop_tests::tls::{self, TestCa};
 
 #[tokio::test]
 async fn https_sources_are_downloaded_verified_and_loaded() {
@@ -44,7 +16,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     };
     let server = ca.server_config(&["localhost"]);
     let wasm = builtin::find("dr-lease").unwrap().wasm.to_vec();
-    let port = serve(server.clone(), wasm.clone(), 2).await;
+    let (port, _) = tls::serve(server, wasm.clone()).await;
     let runtime = PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir.join("cache")),
         max_concurrent_calls: 1,
@@ -73,7 +45,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
 
     // A server the CA did not sign is refused.
     let rogue_server = TestCa::new("rogue CA").server_config(&["localhost"]);
-    let rogue_port = serve(rogue_server, wasm.clone(), 1).await;
+    let (rogue_port, _) = tls::serve(rogue_server, wasm.clone()).await;
     let err = wasmop::plugins::registry::https_get(
         &format!("https://localhost:{rogue_port}/dr.wasm"),
         fetch.extra_ca_pem.as_deref(),

@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
@@ -13,7 +13,7 @@ use wasmop::plugins::{
     CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
     RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
 };
-use wasmop_tests::tls::TestCa;
+use wasmop_tests::tls::{self, TestCa};
 
 fn components_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("WASMOP_COMPONENTS_DIR"))
@@ -201,43 +201,13 @@ async fn outbound_http_only_to_allowed_hosts() {
     );
 }
 
-/// An HTTPS server on 127.0.0.1 answering `200 ok` to every request, keeping connections
-/// alive; returns its port and the count of connections it accepted.
-async fn serve_tls(config: Arc<rustls::ServerConfig>) -> (u16, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let ok = hyper::service::service_fn(|_| async {
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
-                    ))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), ok)
-                    .await;
-            });
-        }
-    });
-    (port, accepted)
-}
-
 /// `https://` requests: a server signed by the extra CA is trusted and its connection kept
 /// alive across calls; a certificate for another name, or from a CA nobody trusts, fails as
 /// `TLS-certificate-error`; a bad extra CA stops the runtime from starting.
 #[tokio::test]
 async fn https_requests_keep_alive_and_verify_the_server() {
     let ca = TestCa::new("wasmop test CA");
-    let (port, accepted) = serve_tls(ca.server_config(&["localhost"])).await;
+    let (port, accepted) = tls::serve(ca.server_config(&["localhost"]), b"ok".to_vec()).await;
     let (by_name, by_ip) = (format!("localhost:{port}"), format!("127.0.0.1:{port}"));
     let grant = |s: &mut PluginSpec| s.grants.allowed_hosts = vec![by_name.clone(), by_ip.clone()];
     let rt = PluginRuntime::new(RuntimeOptions {

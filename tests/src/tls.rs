@@ -2,6 +2,7 @@
 //! servers on loopback that the code under test must (or must not) trust.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A self-signed CA; its key stays in memory.
 pub struct TestCa {
@@ -56,4 +57,43 @@ impl TestCa {
         .expect("a server configuration");
         Arc::new(config)
     }
+}
+
+/// An HTTPS server on `127.0.0.1` (a task of the current Tokio runtime) answering every request
+/// `200` with `body`, keeping connections alive; returns its port and the count of connections
+/// it accepted.
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub async fn serve(config: Arc<rustls::ServerConfig>, body: Vec<u8>) -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the TLS server");
+    let port = listener.local_addr().expect("its address").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let (count, body) = (accepted.clone(), bytes::Bytes::from(body));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let (acceptor, body) = (acceptor.clone(), body.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let answer = hyper::service::service_fn(move |_| {
+                    let body = body.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(body),
+                        ))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), answer)
+                    .await;
+            });
+        }
+    });
+    (port, accepted)
 }
