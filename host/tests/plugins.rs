@@ -20,12 +20,17 @@ fn components_dir() -> std::path::PathBuf {
 }
 
 fn runtime() -> Arc<PluginRuntime> {
+    runtime_trusting(None)
+}
+
+/// The tests' runtime, trusting `extra_ca_pem` for plugins' `https://` requests.
+fn runtime_trusting(extra_ca_pem: Option<&str>) -> Arc<PluginRuntime> {
     let dir = std::env::temp_dir().join(format!("wasmop-plugin-tests-{}", std::process::id()));
     PluginRuntime::new(RuntimeOptions {
         cache_dir: Some(dir),
         max_concurrent_calls: 2,
         pooling: false,
-        extra_ca_pem: None,
+        extra_ca_pem: extra_ca_pem.map(|pem| pem.as_bytes().to_vec()),
     })
     .unwrap()
 }
@@ -210,16 +215,7 @@ async fn https_requests_keep_alive_and_verify_the_server() {
     let (port, accepted) = tls::serve(ca.server_config(&["localhost"]), b"ok".to_vec()).await;
     let (by_name, by_ip) = (format!("localhost:{port}"), format!("127.0.0.1:{port}"));
     let grant = |s: &mut PluginSpec| s.grants.allowed_hosts = vec![by_name.clone(), by_ip.clone()];
-    let rt = PluginRuntime::new(RuntimeOptions {
-        cache_dir: Some(
-            std::env::temp_dir().join(format!("wasmop-plugin-tests-{}", std::process::id())),
-        ),
-        max_concurrent_calls: 2,
-        pooling: false,
-        extra_ca_pem: Some(ca.pem().as_bytes().to_vec()),
-    })
-    .unwrap();
-    let p = hostile(&rt, grant).await;
+    let p = hostile(&runtime_trusting(Some(ca.pem())), grant).await;
     for _ in 0..6 {
         p.route(request("http", &format!("https://{by_name}/")))
             .await

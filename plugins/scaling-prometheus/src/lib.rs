@@ -296,11 +296,7 @@ fn parse_threshold(v: Option<&Value>) -> Result<f64, Error> {
 fn parse_server_address(raw: &str) -> Result<String, Error> {
     const FIELD: &str = "metadata.serverAddress";
     let s = raw.trim();
-    let lower = s.to_ascii_lowercase();
-    let Some(scheme) = ["http://", "https://"]
-        .into_iter()
-        .find(|scheme| lower.starts_with(scheme))
-    else {
+    let Some((scheme, rest)) = split_scheme(s) else {
         return Err(Error::field(
             FIELD,
             format_args!(
@@ -308,7 +304,6 @@ fn parse_server_address(raw: &str) -> Result<String, Error> {
             ),
         ));
     };
-    let rest = &s[scheme.len()..];
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let bad = |why: &str| Err(Error::field(FIELD, format_args!("{raw:?} {why}")));
     if authority.is_empty() {
@@ -440,22 +435,24 @@ pub struct UrlParts<'a> {
     pub path_with_query: &'a str,
 }
 
+/// `url`'s scheme prefix in lower case (`http://` or `https://`, matched in any case) and the
+/// rest; `None` for another scheme.
+fn split_scheme(url: &str) -> Option<(&'static str, &str)> {
+    ["http://", "https://"].into_iter().find_map(|scheme| {
+        url.get(..scheme.len())
+            .filter(|s| s.eq_ignore_ascii_case(scheme))
+            .map(|_| (scheme, &url[scheme.len()..]))
+    })
+}
+
 /// Splits an `http://` or `https://` URL (scheme in any case) into its parts.
 ///
 /// # Errors
 /// A URL of another scheme, or without an authority.
 pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
-    let scheme_is = |scheme: &str| {
-        url.get(..scheme.len())
-            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
-    };
-    let (https, rest) = if scheme_is("http://") {
-        (false, &url["http://".len()..])
-    } else if scheme_is("https://") {
-        (true, &url["https://".len()..])
-    } else {
-        return Err(format!("{url:?} is not an http:// or https:// URL"));
-    };
+    let (scheme, rest) =
+        split_scheme(url).ok_or_else(|| format!("{url:?} is not an http:// or https:// URL"))?;
+    let https = scheme == "https://";
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     if authority.is_empty() {
         return Err(format!("{url:?} has no host"));
