@@ -27,7 +27,10 @@ fn main() {
         "Cargo.toml",
         ".cargo/config.toml",
     ] {
-        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+        // Relative to this package, so that cargo checks the files of the checkout being built:
+        // clones sharing one target directory share this script's fingerprint, and absolute
+        // paths would keep pointing at the clone that ran it last.
+        println!("cargo:rerun-if-changed=../{dir}");
     }
     // WASMOP_COMPONENTS_DIR below names a path under the target directory: a target directory
     // copied or moved elsewhere must not keep pointing at the old one.
