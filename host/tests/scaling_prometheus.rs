@@ -122,7 +122,13 @@ async fn votes_follow_the_exported_value_and_bad_results_are_errors() {
         panic!("{e}")
     };
     assert_eq!(field.as_deref(), Some("metadata.query"));
-    assert!(message.contains("query returned no series"), "{message}");
+    // The host names the field once, before the plugin's message.
+    assert!(message.starts_with("query returned no series"), "{message}");
+    assert!(
+        e.to_string()
+            .contains("plugin error at metadata.query: query returned no series"),
+        "{e}"
+    );
     exporter.set_body(
         "# TYPE wasmop_test_load gauge\nwasmop_test_load{pod=\"a\"} 1\nwasmop_test_load{pod=\"b\"} 2\n",
     );
@@ -289,5 +295,6 @@ async fn unreachable_and_silent_servers_fail_with_their_cause() {
         };
         assert_eq!(field.as_deref(), Some("metadata.serverAddress"), "{e}");
         assert!(message.contains(says), "{addr}: {message}");
+        assert!(!message.starts_with("metadata."), "{addr}: {message}");
     }
 }

@@ -17,7 +17,7 @@ struct Plugin;
 
 fn plugin_error(e: Error) -> PluginError {
     PluginError {
-        message: e.message,
+        message: e.detail().to_owned(),
         field: e.field,
     }
 }

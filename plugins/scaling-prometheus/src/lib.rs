@@ -85,6 +85,16 @@ impl Error {
             field: None,
         }
     }
+
+    /// The message without its `field: ` prefix: the WIT `plugin-error`'s message, which the
+    /// host shows after the field (`plugin error at metadata.threshold: is required`).
+    pub fn detail(&self) -> &str {
+        self.field
+            .as_deref()
+            .and_then(|f| self.message.strip_prefix(f))
+            .and_then(|m| m.strip_prefix(": "))
+            .unwrap_or(&self.message)
+    }
 }
 
 impl fmt::Display for Error {

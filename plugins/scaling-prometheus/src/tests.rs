@@ -80,6 +80,7 @@ fn threshold_errors_name_the_field() {
     let e = parse_err(&[("threshold", "abc".into())]);
     assert_eq!(e.message, r#"metadata.threshold: "abc" is not a number"#);
     assert_eq!(e.field.as_deref(), Some("metadata.threshold"));
+    assert_eq!(e.detail(), r#""abc" is not a number"#);
     assert_eq!(
         parse_err(&[("threshold", Value::Null)]).message,
         "metadata.threshold: is required"
@@ -512,4 +513,20 @@ fn http_error_texts() {
         transport_error(s, &TransportError::Tls("protocol error".into()), 1),
         "the TLS handshake with serverAddress https://prom.example failed: protocol error"
     );
+}
+
+/// The WIT message leaves out the field the host shows before it; a message that does not
+/// start with its field, or has none, is kept whole.
+#[test]
+fn the_detail_leaves_the_field_to_the_host() {
+    assert_eq!(
+        Error::field("metadata.query", "query returned no series").detail(),
+        "query returned no series"
+    );
+    let other = Error {
+        message: "metadata.queryX: odd".into(),
+        field: Some("metadata.query".into()),
+    };
+    assert_eq!(other.detail(), "metadata.queryX: odd");
+    assert_eq!(Error::general("no vote").detail(), "no vote");
 }
