@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::plugins::registry::{Fetch, LocalFetch, Source};
-use crate::plugins::{Hook, Plugin, PluginRuntime, PluginSpec, RuntimeOptions};
+use crate::plugins::{
+    CallError, Failure, Grants, Hook, Limits, Plugin, PluginRuntime, PluginSpec, RuntimeOptions,
+};
 
 /// Kubernetes operator whose policy decisions are made by sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -70,7 +72,87 @@ pub enum PluginCommand {
         /// Settings JSON.
         #[arg(long, default_value = "{}")]
         settings: String,
+        /// Limits and grants, as a registry entry's.
+        #[command(flatten)]
+        entry: EntryOptions,
     },
+}
+
+/// What a `plugins.yaml` entry sets besides its source and settings, for `wasmop plugin run`:
+/// the defaults are the production limits and no grants, as for an entry that sets none.
+#[derive(Debug, clap::Args)]
+pub struct EntryOptions {
+    /// Let the plugin reach HOST (any port) or HOST:PORT over `wasi:http`, as an entry's
+    /// `grants.allowedHosts`; repeat for more hosts. Without it every request is denied.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    pub allow_hosts: Vec<String>,
+    /// A directory the plugin may read at `/data`, as an entry's `grants.readOnlyDir`.
+    #[arg(long, value_name = "DIR")]
+    pub read_only_dir: Option<PathBuf>,
+    /// Linear memory cap in MiB (`limits.memoryMiB`).
+    #[arg(long, value_name = "MIB", default_value_t = Limits::default().memory_mib,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub memory_mib: u32,
+    /// Wall-clock cap of the call in milliseconds (`limits.timeoutMs`).
+    #[arg(long, value_name = "MS", default_value_t = Limits::default().timeout_ms,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub timeout_ms: u32,
+    /// Cap on the call's output in KiB (`limits.maxOutputKiB`).
+    #[arg(long, value_name = "KIB", default_value_t = Limits::default().max_output_kib,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_output_kib: u32,
+    /// PEM CA certificates the plugin's `https://` requests trust besides the webpki roots, as
+    /// `wasmop run --extra-ca-file`.
+    #[arg(long, value_name = "FILE")]
+    pub extra_ca_file: Option<PathBuf>,
+}
+
+impl EntryOptions {
+    /// The entry's `limits`.
+    fn limits(&self) -> Limits {
+        Limits {
+            memory_mib: self.memory_mib,
+            timeout_ms: self.timeout_ms,
+            max_output_kib: self.max_output_kib,
+        }
+    }
+
+    /// The entry's `grants`.
+    ///
+    /// # Errors
+    /// `--read-only-dir` is not a readable directory.
+    fn grants(&self) -> anyhow::Result<Grants> {
+        let read_only_dir = match &self.read_only_dir {
+            Some(dir) => {
+                std::fs::read_dir(dir)
+                    .with_context(|| format!("cannot read --read-only-dir {}", dir.display()))?;
+                Some(dir.display().to_string())
+            }
+            None => None,
+        };
+        Ok(Grants {
+            allowed_hosts: self.allow_hosts.clone(),
+            read_only_dir,
+        })
+    }
+
+    /// The runtime options: the defaults plus `--extra-ca-file`.
+    ///
+    /// # Errors
+    /// `--extra-ca-file` cannot be read.
+    fn runtime_options(&self) -> anyhow::Result<RuntimeOptions> {
+        let extra_ca_pem = match &self.extra_ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("cannot read --extra-ca-file {}", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(RuntimeOptions {
+            extra_ca_pem,
+            ..RuntimeOptions::default()
+        })
+    }
 }
 
 /// Parses the command line and runs it.
@@ -136,7 +218,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             plugin,
             input,
             settings,
-        }) => plugin_run(hook, &plugin, &input, &settings)
+            entry,
+        }) => plugin_run(hook, &plugin, &input, &settings, &entry)
             .await
             .map(|()| ExitCode::SUCCESS),
     }
@@ -181,8 +264,8 @@ async fn plugin_check(file: &Path, hook: Option<Hook>, settings: &str) -> anyhow
 }
 
 /// Loads `plugin` (`builtin://NAME` or a component file) for `hook` with `settings`, as the
-/// CLI commands (`plugin run`, `plugin check`, `plan`) do: the production limits, nothing
-/// granted.
+/// CLI commands (`plugin run`, `plan`) do, with `limits` and `grants` (`plan`: the production
+/// limits, nothing granted).
 ///
 /// # Errors
 /// When the file cannot be read, the component does not load or its settings are rejected.
@@ -191,6 +274,8 @@ pub(crate) async fn load_for_cli(
     hook: Hook,
     plugin: &str,
     settings: serde_json::Value,
+    limits: Limits,
+    grants: Grants,
 ) -> anyhow::Result<Arc<Plugin>> {
     let (source, name) = if let Some(name) = plugin.strip_prefix("builtin://") {
         (Source::Builtin(name.into()), name.to_owned())
@@ -211,12 +296,28 @@ pub(crate) async fn load_for_cli(
         .map_err(anyhow::Error::msg)?;
     let mut spec = PluginSpec::new(&name, hook, plugin);
     spec.settings = Some(settings);
+    spec.limits = limits;
+    spec.grants = grants;
     Ok(runtime.load(&spec, &bytes).await?)
 }
 
-async fn plugin_run(hook: Hook, plugin: &str, input: &Path, settings: &str) -> anyhow::Result<()> {
-    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
-    let plugin = load_for_cli(&runtime, hook, plugin, settings_value(settings)?).await?;
+async fn plugin_run(
+    hook: Hook,
+    plugin: &str,
+    input: &Path,
+    settings: &str,
+    entry: &EntryOptions,
+) -> anyhow::Result<()> {
+    let runtime = PluginRuntime::new(entry.runtime_options()?)?;
+    let plugin = load_for_cli(
+        &runtime,
+        hook,
+        plugin,
+        settings_value(settings)?,
+        entry.limits(),
+        entry.grants()?,
+    )
+    .await?;
     let text = std::fs::read_to_string(input)
         .with_context(|| format!("cannot read {}", input.display()))?;
     let parse_err =
@@ -225,12 +326,14 @@ async fn plugin_run(hook: Hook, plugin: &str, input: &Path, settings: &str) -> a
         Hook::Routing => serde_json::to_value(
             plugin
                 .route(serde_json::from_str(&text).map_err(parse_err)?)
-                .await?,
+                .await
+                .map_err(run_error)?,
         )?,
         Hook::Scaling => serde_json::to_value(
             plugin
                 .vote(serde_json::from_str(&text).map_err(parse_err)?)
-                .await?,
+                .await
+                .map_err(run_error)?,
         )?,
         Hook::Restart => {
             let req: crate::plugins::RestartRequest =
@@ -238,16 +341,32 @@ async fn plugin_run(hook: Hook, plugin: &str, input: &Path, settings: &str) -> a
             let pods = serde_json::from_str::<Vec<serde_json::Value>>(&req.pods)
                 .context("`pods` must be a JSON array")?
                 .len();
-            serde_json::to_value(plugin.evaluate(req, pods).await?)?
+            serde_json::to_value(plugin.evaluate(req, pods).await.map_err(run_error)?)?
         }
         Hook::Dr => serde_json::to_value(
             plugin
                 .check(serde_json::from_str(&text).map_err(parse_err)?)
-                .await?,
+                .await
+                .map_err(run_error)?,
         )?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
+}
+
+/// A failed call of `plugin run`, with the flag that grants a denied host.
+fn run_error(e: CallError) -> anyhow::Error {
+    match &e.failure {
+        Failure::DeniedHost(hosts) => anyhow::anyhow!(
+            "{e}; to grant it, pass {}",
+            hosts
+                .iter()
+                .map(|h| format!("--allow-host {h}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => e.into(),
+    }
 }
 
 #[cfg(test)]

@@ -108,3 +108,178 @@ fn run_prints_the_decision_as_json() {
         text(&missing)
     );
 }
+
+/// Runs `plugin run` for `hook` with `request` (JSON written to a file of its own) and `args`.
+fn run(hook: &str, plugin: &str, request: &serde_json::Value, args: &[&str]) -> Output {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join(format!("request-{n}.json"));
+    std::fs::write(&input, request.to_string()).unwrap();
+    let mut all = vec![
+        "plugin",
+        "run",
+        "--hook",
+        hook,
+        "--plugin",
+        plugin,
+        "--input",
+        input.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    wasmop(&all)
+}
+
+/// A request for the hostile fixture: `behaviour` with its argument.
+fn hostile(behaviour: &str, argument: &str) -> serde_json::Value {
+    serde_json::json!({
+        "dynamic_env": "ns/de", "unique_name": "u", "subset": behaviour, "host": argument,
+        "namespace": "ns", "default_version": "v1", "matches": [], "route_prefix": "p-",
+        "virtual_service": "{}",
+    })
+}
+
+/// `plugin run` takes an entry's grants and limits (`--read-only-dir`, `--timeout-ms`,
+/// `--memory-mib`, `--max-output-kib`); without them it runs as an entry that sets none.
+#[test]
+fn run_takes_the_grants_and_limits_of_a_registry_entry() {
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let data = std::env::temp_dir().join(format!("wasmop-cli-data-{}", std::process::id()));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("hello.txt"), "hello").unwrap();
+    let data = data.to_str().unwrap();
+
+    let read = hostile("read", "/data/hello.txt");
+    let denied = run("routing", &fixture, &read, &[]);
+    assert!(!denied.status.success(), "{}", text(&denied));
+    assert!(
+        text(&denied).contains("read /data/hello.txt"),
+        "{}",
+        text(&denied)
+    );
+    let granted = run("routing", &fixture, &read, &["--read-only-dir", data]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
+    assert_eq!(v["http"], "[]", "{v}");
+    let missing = run(
+        "routing",
+        &fixture,
+        &read,
+        &["--read-only-dir", "/nonexistent-dir"],
+    );
+    assert!(
+        text(&missing).contains("cannot read --read-only-dir /nonexistent-dir"),
+        "{}",
+        text(&missing)
+    );
+
+    let started = std::time::Instant::now();
+    let slow = run(
+        "routing",
+        &fixture,
+        &hostile("loop", ""),
+        &["--timeout-ms", "50"],
+    );
+    assert!(
+        text(&slow).contains("timed out after 50 ms (limits.timeoutMs)"),
+        "{}",
+        text(&slow)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+    let big = run(
+        "routing",
+        &fixture,
+        &hostile("oom", ""),
+        &["--memory-mib", "8"],
+    );
+    assert!(
+        text(&big).contains("exceeded 8 MiB (limits.memoryMiB)"),
+        "{}",
+        text(&big)
+    );
+
+    let answer = hostile("answer", &format!("[{}{{}}]", "{},".repeat(700)));
+    let capped = run("routing", &fixture, &answer, &["--max-output-kib", "1"]);
+    assert!(
+        text(&capped).contains("output of 2 KiB exceeds 1 KiB (limits.maxOutputKiB)"),
+        "{}",
+        text(&capped)
+    );
+    let served = run("routing", &fixture, &answer, &[]);
+    assert!(served.status.success(), "{}", text(&served));
+
+    let zero = run("routing", &fixture, &answer, &["--memory-mib", "0"]);
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero));
+}
+
+/// A scaling vote reaches Prometheus only with `--allow-host`, and the refusal says so; an
+/// `https://` Prometheus is trusted with `--extra-ca-file`, as by `wasmop run`.
+#[test]
+fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
+    use wasmop_tests::prometheus::QueryStub;
+    let vote = |server: &str| {
+        serde_json::json!({
+            "elastic_service": "ns/es",
+            "trigger_type": "prometheus",
+            "metadata": serde_json::json!({
+                "query": "sum(rate(http_requests_total[1m]))",
+                "serverAddress": server,
+                "threshold": "0.5",
+            }).to_string(),
+            "cooldown_seconds": 60,
+            "now": 0,
+        })
+    };
+    let prometheus = QueryStub::start("0.2");
+    let addr = prometheus.addr.as_str();
+    let request = vote(&format!("http://{addr}"));
+    let plugin = "builtin://scaling-prometheus";
+
+    let denied = run("scaling", plugin, &request, &[]);
+    assert!(!denied.status.success(), "{}", text(&denied));
+    assert!(
+        text(&denied).contains(&format!(
+            "denied outbound request to {addr} (not in grants.allowedHosts); to grant it, \
+             pass --allow-host {addr}"
+        )),
+        "{}",
+        text(&denied)
+    );
+    assert_eq!(prometheus.served(), 0);
+
+    let granted = run("scaling", plugin, &request, &["--allow-host", addr]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
+    assert_eq!(v["vote"], "Down", "{v}");
+    assert_eq!(v["value"], 0.2, "{v}");
+    assert_eq!(prometheus.served(), 2);
+
+    let ca = wasmop_tests::tls::TestCa::new("wasmop cli test CA");
+    let tls = QueryStub::start_tls("0.2", ca.server_config(&["localhost"]));
+    let (_, port) = tls.addr.rsplit_once(':').unwrap();
+    let authority = format!("localhost:{port}");
+    let request = vote(&format!("https://{authority}"));
+    let ca_file = std::env::temp_dir().join(format!("wasmop-cli-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let untrusted = run("scaling", plugin, &request, &["--allow-host", &authority]);
+    assert!(
+        text(&untrusted).contains("is not trusted"),
+        "{}",
+        text(&untrusted)
+    );
+    let trusted = run(
+        "scaling",
+        plugin,
+        &request,
+        &[
+            "--allow-host",
+            &authority,
+            "--extra-ca-file",
+            ca_file.to_str().unwrap(),
+        ],
+    );
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    assert_eq!(tls.served(), 2);
+}

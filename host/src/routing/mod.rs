@@ -192,7 +192,15 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
 async fn load_router(plugin: &str, settings: &str) -> anyhow::Result<WasmRouter> {
     let runtime = PluginRuntime::new(RuntimeOptions::default())?;
     let settings = serde_json::from_str(settings).context("--settings is not valid JSON")?;
-    let plugin = crate::cli::load_for_cli(&runtime, Hook::Routing, plugin, settings).await?;
+    let plugin = crate::cli::load_for_cli(
+        &runtime,
+        Hook::Routing,
+        plugin,
+        settings,
+        crate::plugins::Limits::default(),
+        crate::plugins::Grants::default(),
+    )
+    .await?;
     Ok(WasmRouter(plugin))
 }
 
