@@ -206,6 +206,43 @@ async fn outbound_http_only_to_allowed_hosts() {
     );
 }
 
+/// A granted host that refuses the connection fails the request as `connection-refused`, and
+/// only the call's error reports it: nothing is logged at warning level without the plugin's
+/// name.
+#[tokio::test]
+async fn a_refused_connection_fails_the_request_without_an_anonymous_warning() {
+    #[derive(Clone, Default)]
+    struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    // This test's runtime has one thread: the request's tasks log into this subscriber too.
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let closed = format!("127.0.0.1:{}", wasmop_tests::free_port());
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.grants.allowed_hosts = vec![closed.clone()]).await;
+    let e = fails(&p, "http", &format!("http://{closed}/")).await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("ConnectionRefused")),
+        "{e}"
+    );
+    let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(logged.is_empty(), "logged: {logged}");
+}
+
 /// `https://` requests: a server signed by the extra CA is trusted and its connection kept
 /// alive across calls; a certificate for another name, or from a CA nobody trusts, fails as
 /// `TLS-certificate-error`; a bad extra CA stops the runtime from starting.
