@@ -109,6 +109,12 @@ fn run_prints_the_decision_as_json() {
     );
 }
 
+/// Asserts that the command's output (stdout and stderr) contains `needle`.
+#[track_caller]
+fn assert_says(o: &Output, needle: &str) {
+    assert!(text(o).contains(needle), "{}", text(o));
+}
+
 /// Runs `plugin run` for `hook` with `request` (JSON written to a file of its own) and `args`.
 fn run(hook: &str, plugin: &str, request: &serde_json::Value, args: &[&str]) -> Output {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -153,11 +159,7 @@ fn run_takes_the_grants_and_limits_of_a_registry_entry() {
     let read = hostile("read", "/data/hello.txt");
     let denied = run("routing", &fixture, &read, &[]);
     assert!(!denied.status.success(), "{}", text(&denied));
-    assert!(
-        text(&denied).contains("read /data/hello.txt"),
-        "{}",
-        text(&denied)
-    );
+    assert_says(&denied, "read /data/hello.txt");
     let granted = run("routing", &fixture, &read, &["--read-only-dir", data]);
     assert!(granted.status.success(), "{}", text(&granted));
     let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
@@ -168,11 +170,7 @@ fn run_takes_the_grants_and_limits_of_a_registry_entry() {
         &read,
         &["--read-only-dir", "/nonexistent-dir"],
     );
-    assert!(
-        text(&missing).contains("cannot read --read-only-dir /nonexistent-dir"),
-        "{}",
-        text(&missing)
-    );
+    assert_says(&missing, "cannot read --read-only-dir /nonexistent-dir");
 
     let started = std::time::Instant::now();
     let slow = run(
@@ -181,11 +179,7 @@ fn run_takes_the_grants_and_limits_of_a_registry_entry() {
         &hostile("loop", ""),
         &["--timeout-ms", "50"],
     );
-    assert!(
-        text(&slow).contains("timed out after 50 ms (limits.timeoutMs)"),
-        "{}",
-        text(&slow)
-    );
+    assert_says(&slow, "timed out after 50 ms (limits.timeoutMs)");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 
     let big = run(
@@ -194,18 +188,13 @@ fn run_takes_the_grants_and_limits_of_a_registry_entry() {
         &hostile("oom", ""),
         &["--memory-mib", "8"],
     );
-    assert!(
-        text(&big).contains("exceeded 8 MiB (limits.memoryMiB)"),
-        "{}",
-        text(&big)
-    );
+    assert_says(&big, "exceeded 8 MiB (limits.memoryMiB)");
 
     let answer = hostile("answer", &format!("[{}{{}}]", "{},".repeat(700)));
     let capped = run("routing", &fixture, &answer, &["--max-output-kib", "1"]);
-    assert!(
-        text(&capped).contains("output of 2 KiB exceeds 1 KiB (limits.maxOutputKiB)"),
-        "{}",
-        text(&capped)
+    assert_says(
+        &capped,
+        "output of 2 KiB exceeds 1 KiB (limits.maxOutputKiB)",
     );
     let served = run("routing", &fixture, &answer, &[]);
     assert!(served.status.success(), "{}", text(&served));
@@ -239,13 +228,12 @@ fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
 
     let denied = run("scaling", plugin, &request, &[]);
     assert!(!denied.status.success(), "{}", text(&denied));
-    assert!(
-        text(&denied).contains(&format!(
+    assert_says(
+        &denied,
+        &format!(
             "denied outbound request to {addr} (not in grants.allowedHosts); to grant it, \
              pass --allow-host {addr}"
-        )),
-        "{}",
-        text(&denied)
+        ),
     );
     assert_eq!(prometheus.served(), 0);
 
@@ -264,11 +252,7 @@ fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
     let ca_file = std::env::temp_dir().join(format!("wasmop-cli-ca-{}.pem", std::process::id()));
     std::fs::write(&ca_file, ca.pem()).unwrap();
     let untrusted = run("scaling", plugin, &request, &["--allow-host", &authority]);
-    assert!(
-        text(&untrusted).contains("is not trusted"),
-        "{}",
-        text(&untrusted)
-    );
+    assert_says(&untrusted, "is not trusted");
     let trusted = run(
         "scaling",
         plugin,
