@@ -152,7 +152,11 @@ fn client_error(e: hyper_util::client::legacy::Error) -> Error {
         if e.is_connect()
             && let Some(io) = c.downcast_ref::<std::io::Error>()
         {
-            return connect_error(io);
+            // wasmtime tells DNS failures apart; the sandbox's hook classifies the rest.
+            return match io.kind() {
+                std::io::ErrorKind::TimedOut => Error::ConnectionTimeout,
+                kind => Error::Connect(std::io::Error::new(kind, io.to_string())),
+            };
         }
         if let Some(h) = c.downcast_ref::<hyper::Error>() {
             return if h.is_timeout() {
@@ -166,29 +170,6 @@ fn client_error(e: hyper_util::client::legacy::Error) -> Error {
         Error::ConnectionRefused
     } else {
         Error::HttpProtocolError
-    }
-}
-
-/// The `wasi:http` error for a connection that could not be made, classified as wasmtime
-/// classifies the I/O error of its default sender: an unavailable address or a failed lookup
-/// is a DNS error, a timeout a connect timeout, anything else a refused connection. Mapped here
-/// rather than handed on as `Error::Connect`, whose default hook also logs a warning that names
-/// no plugin for every such request; the call's error says which plugin failed and why.
-fn connect_error(io: &std::io::Error) -> Error {
-    let dns = || Error::DnsError {
-        rcode: Some("address not available".into()),
-        info_code: None,
-    };
-    match io.kind() {
-        std::io::ErrorKind::TimedOut => Error::ConnectionTimeout,
-        std::io::ErrorKind::AddrNotAvailable => dns(),
-        _ if io
-            .to_string()
-            .starts_with("failed to lookup address information") =>
-        {
-            dns()
-        }
-        _ => Error::ConnectionRefused,
     }
 }
 
@@ -249,29 +230,6 @@ mod tests {
         ));
         let other = rustls::Error::DecryptError;
         assert!(matches!(tls_error(&other), Error::TlsProtocolError));
-    }
-
-    #[test]
-    fn connect_failures_are_classified_as_wasmtime_classifies_them() {
-        use std::io::{Error as Io, ErrorKind};
-        let refused = Io::new(ErrorKind::ConnectionRefused, "connection refused");
-        assert!(matches!(connect_error(&refused), Error::ConnectionRefused));
-        let unreachable = Io::new(ErrorKind::NetworkUnreachable, "network unreachable");
-        assert!(matches!(
-            connect_error(&unreachable),
-            Error::ConnectionRefused
-        ));
-        let slow = Io::new(ErrorKind::TimedOut, "timed out");
-        assert!(matches!(connect_error(&slow), Error::ConnectionTimeout));
-        for dns in [
-            Io::new(ErrorKind::AddrNotAvailable, "address not available"),
-            Io::other("failed to lookup address information: Name or service not known"),
-        ] {
-            assert!(
-                matches!(connect_error(&dns), Error::DnsError { rcode: Some(ref r), .. } if r == "address not available"),
-                "{dns}"
-            );
-        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use super::bindings::LogLevel;
@@ -175,9 +176,8 @@ impl ResourceLimiter for Limiter {
 
 /// `wasi:http` hooks that let a request through only when its parsed authority (`host:port`,
 /// port defaulted from the scheme) is listed in `grants.allowedHosts`. The Host header plays
-/// no part (the lesson of Spin's CVE-2024-32980). Granted `http://` and `https://` requests go
-/// through the runtime's keep-alive pool; any other scheme through wasmtime-wasi-http's default
-/// sender (plain HTTP).
+/// no part (the lesson of Spin's CVE-2024-32980). Granted requests go through the runtime's
+/// keep-alive pool (wasmtime-wasi-http hands this hook only `http://` and `https://` requests).
 struct HttpAllowlist {
     allowed: Vec<String>,
     denied: Vec<String>,
@@ -235,36 +235,39 @@ impl WasiHttpHooks for HttpAllowlist {
             .authority()
             .map(|a| a.as_str().to_owned())
             .unwrap_or_default();
-        if authority.is_empty() || !host_allowed(&self.allowed, &authority, default_port) {
-            self.denied.push(authority);
-            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
-        }
+        let pool = match &self.pool {
+            Some(pool)
+                if !authority.is_empty()
+                    && host_allowed(&self.allowed, &authority, default_port) =>
+            {
+                pool.clone()
+            }
+            _ => {
+                self.denied.push(authority);
+                return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+            }
+        };
         _ = fut;
-        if let Some(pool) = self
-            .pool
-            .as_ref()
-            .filter(|_| {
-                uri.scheme() == Some(&http::uri::Scheme::HTTP)
-                    || uri.scheme() == Some(&http::uri::Scheme::HTTPS)
-            })
-            .cloned()
-        {
-            return Box::new(async move {
-                let response = pool.send(request, options).await?;
-                Ok((
-                    response,
-                    Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
-                ))
-            });
-        }
         Box::new(async move {
-            use http_body_util::BodyExt;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let response = pool.send(request, options).await?;
             Ok((
-                res.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = _> + Send>,
+                response,
+                Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
             ))
         })
+    }
+
+    /// wasmtime's own code for a failed connect (after it has told DNS failures apart), without
+    /// the default hook's warning, which names no plugin; the call's error names it.
+    /// (The pool has logged the failure at debug level.)
+    fn p2_error_from_connect(&mut self, _err: &std::io::Error) -> ErrorCode {
+        ErrorCode::ConnectionRefused
+    }
+
+    /// As [`Self::p2_error_from_connect`], for a failed read of a response body.
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        tracing::debug!("plugin HTTP response failed: {err}");
+        ErrorCode::HttpProtocolError
     }
 }
 
@@ -311,7 +314,23 @@ impl log::Host for Sandbox {
 
 #[cfg(test)]
 mod tests {
-    use super::host_allowed;
+    use super::{ErrorCode, HttpAllowlist, WasiHttpHooks, host_allowed};
+
+    #[test]
+    fn failed_connects_keep_wasmtime_codes() {
+        use std::io::{Error, ErrorKind};
+        let mut hooks = HttpAllowlist {
+            allowed: Vec::new(),
+            denied: Vec::new(),
+            pool: None,
+        };
+        for kind in [ErrorKind::ConnectionRefused, ErrorKind::NetworkUnreachable] {
+            assert!(matches!(
+                hooks.p2_error_from_connect(&Error::new(kind, "failed")),
+                ErrorCode::ConnectionRefused
+            ));
+        }
+    }
 
     #[test]
     fn allowlist_matches_parsed_authority() {
