@@ -141,15 +141,8 @@ impl EntryOptions {
     /// # Errors
     /// `--extra-ca-file` cannot be read.
     fn runtime_options(&self) -> anyhow::Result<RuntimeOptions> {
-        let extra_ca_pem = match &self.extra_ca_file {
-            Some(path) => Some(
-                std::fs::read(path)
-                    .with_context(|| format!("cannot read --extra-ca-file {}", path.display()))?,
-            ),
-            None => None,
-        };
         Ok(RuntimeOptions {
-            extra_ca_pem,
+            extra_ca_pem: crate::plugins::read_extra_ca_file(self.extra_ca_file.as_deref())?,
             ..RuntimeOptions::default()
         })
     }

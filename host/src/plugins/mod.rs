@@ -323,6 +323,19 @@ pub struct RuntimeOptions {
     pub extra_ca_pem: Option<Vec<u8>>,
 }
 
+/// The contents of `--extra-ca-file` for [`RuntimeOptions::extra_ca_pem`] (`wasmop run`,
+/// `wasmop plugin run`); `None` without the flag. Checked as PEM when the runtime is built.
+///
+/// # Errors
+/// The file cannot be read; the message names the flag and the path.
+pub fn read_extra_ca_file(path: Option<&std::path::Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    use anyhow::Context;
+    path.map(|p| {
+        std::fs::read(p).with_context(|| format!("cannot read --extra-ca-file {}", p.display()))
+    })
+    .transpose()
+}
+
 /// Environment variable that, set to `1`, makes the runtime write `/tmp/perf-<pid>.map`, so that
 /// `perf record`/`perf report` name the functions of plugins (docs/plugins.md, "Profiling").
 pub const PERFMAP_ENV: &str = "WASMOP_PLUGIN_PERFMAP";

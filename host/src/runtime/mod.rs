@@ -212,16 +212,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("cannot connect to the Kubernetes API (is KUBECONFIG set?)")?;
-    let extra_ca_pem = match &opts.extra_ca_file {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("cannot read --extra-ca-file {}", path.display()))?,
-        ),
-        None => None,
-    };
     let runtime = PluginRuntime::new(RuntimeOptions {
         pooling: opts.pooling,
-        extra_ca_pem,
+        extra_ca_pem: crate::plugins::read_extra_ca_file(opts.extra_ca_file.as_deref())?,
         ..RuntimeOptions::default()
     })?;
     let registry = Registry::new(runtime);
