@@ -685,6 +685,61 @@ async fn a_looping_call_yields_to_the_other_tasks_at_every_tick() {
     ticker.abort();
 }
 
+/// Polls `cond` every millisecond, for up to 5 s, until it holds.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The epoch ticker ticks only while a call is in flight: idle, it parks (an operator with
+/// nothing to do takes no wake-ups for it); a call wakes it, so a loop still stops at its
+/// limit, and it parks again after. The calls run on their own thread, so a ticker that never
+/// woke would fail the test instead of hanging it.
+#[tokio::test]
+async fn the_epoch_ticker_ticks_only_while_a_call_is_in_flight() {
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.timeout_ms = 100).await;
+    eventually("the ticker parks once loading is done", || {
+        rt.epoch_ticker_parked()
+    })
+    .await;
+    let idle = rt.epoch_ticks();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let calls = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        calls.block_on(async {
+            for _ in 0..3 {
+                times_out(&p, "loop", "", 100).await;
+            }
+        });
+        done.send(()).unwrap();
+    });
+    match finished.recv_timeout(Duration::from_secs(10)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("a looping call was not stopped at its limit: the ticker did not wake")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the calls failed (their panic is above)")
+        }
+    }
+    let ticked = rt.epoch_ticks() - idle;
+    assert!(
+        ticked >= 30,
+        "three calls looping until 100 ms took {ticked} ticks of 10 ms"
+    );
+    eventually("the ticker parks again when no call is in flight", || {
+        rt.epoch_ticker_parked()
+    })
+    .await;
+}
+
 /// The value of `metric` (a sample name of `wasmop::metrics::encode()`) for `plugin` of
 /// `hook`, 0 when it has no sample yet.
 fn metric(metric: &str, plugin: &str, hook: Hook) -> f64 {

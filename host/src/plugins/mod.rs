@@ -16,6 +16,7 @@
 pub mod bindings;
 pub mod builtin;
 pub mod cache;
+mod epoch;
 pub mod http_pool;
 pub mod registry;
 pub mod sandbox;
@@ -294,15 +295,9 @@ pub struct PluginRuntime {
     http_pool: http_pool::HttpPool,
     /// [`RuntimeOptions::extra_ca_pem`].
     extra_ca_pem: Option<Vec<u8>>,
-    stop: Arc<AtomicBool>,
+    epoch: epoch::EpochTicker,
     /// One pre-instance per (digest, hook), shared by every entry using that component.
     pres: std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
-}
-
-impl Drop for PluginRuntime {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Options for [`PluginRuntime::new`].
@@ -404,7 +399,8 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 }
 
 impl PluginRuntime {
-    /// A runtime with its own engine and a 10 ms epoch ticker thread (stopped on drop).
+    /// A runtime with its own engine and an epoch ticker thread (stopped on drop), which ticks
+    /// every [`EPOCH_TICK`] while a call is in flight and parks while none is.
     ///
     /// # Errors
     /// The engine or the cache directory cannot be set up, or `extra_ca_pem` holds no valid
@@ -447,16 +443,7 @@ impl PluginRuntime {
             |s| s,
         )?;
         let cache = CompileCache::new(&engine, opts.cache_dir)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ticker_engine, ticker_stop) = (engine.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("wasmop-epoch".into())
-            .spawn(move || {
-                while !ticker_stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    ticker_engine.increment_epoch();
-                }
-            })?;
+        let epoch = epoch::EpochTicker::start(engine.clone())?;
         Ok(Arc::new(Self {
             engine,
             linker,
@@ -464,7 +451,7 @@ impl PluginRuntime {
             permits: Arc::new(Semaphore::new(opts.max_concurrent_calls.max(1))),
             http_pool,
             extra_ca_pem: opts.extra_ca_pem,
-            stop,
+            epoch,
             pres: Default::default(),
         }))
     }
@@ -477,6 +464,17 @@ impl PluginRuntime {
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Epoch ticks since the runtime started, one per [`EPOCH_TICK`] of a call in flight.
+    pub fn epoch_ticks(&self) -> u64 {
+        self.epoch.ticks()
+    }
+
+    /// Whether the epoch ticker is parked: no call is in flight, and the ticker takes no
+    /// wake-ups until one starts.
+    pub fn epoch_ticker_parked(&self) -> bool {
+        self.epoch.parked()
     }
 
     /// The shared pre-instance of component `digest` for `hook`: reused while any plugin holds
@@ -828,7 +826,9 @@ impl Plugin {
             in_place,
         };
         let wall_clock = limits.timeout() + EPOCH_TICK;
+        let in_flight = self.runtime.epoch.in_flight();
         let result = tokio::time::timeout(wall_clock, call).await.ok();
+        drop(in_flight);
         let sandbox = store.data();
         crate::metrics::plugin_memory(&self.spec, sandbox.memory_use());
         let Some(result) = result else {
