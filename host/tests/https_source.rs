@@ -54,8 +54,21 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     .unwrap_err();
     assert!(err.contains("localhost"), "{err}");
     assert!(
-        err.to_lowercase().contains("certificate"),
-        "an untrusted certificate is refused: {err}"
+        err.contains("invalid peer certificate: UnknownIssuer"),
+        "an untrusted certificate is refused, in words: {err}"
     );
+
+    // A server that is not there: the causes in words, as Events and conditions show them.
+    let refused = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused_url = format!("https://{}/dr.wasm", refused.local_addr().unwrap());
+    drop(refused);
+    let err = wasmop::plugins::registry::https_get(&refused_url, None)
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with(&refused_url) && err.ends_with("Connection refused (os error 111)"),
+        "{err}"
+    );
+    assert!(!err.contains("Error("), "no Debug dump: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -219,7 +219,12 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, Empty<bytes::Bytes>>(connector);
     let download = async {
-        let response = client.get(uri).await.map_err(|e| format!("{url}: {e:?}"))?;
+        // The chain of causes, e.g. "client error (Connect): tcp connect error: Connection
+        // refused (os error 111)", rather than the client's nested Debug dump.
+        let response = client
+            .get(uri)
+            .await
+            .map_err(|e| format!("{url}: {:#}", anyhow::Error::from(e)))?;
         if response.status() != http::StatusCode::OK {
             return Err(format!("{url}: the server answered {}", response.status()));
         }
