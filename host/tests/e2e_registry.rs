@@ -161,6 +161,17 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         .await;
         assert_eq!(event.type_.as_deref(), Some("Warning"));
 
+        // A new cause of the same failure is an Event of its own, not a repeat of the first.
+        let missing = registry_doc(&"0".repeat(64)).replace("router.wasm", "missing.wasm");
+        set_registry(&client, &ns, &missing).await;
+        eventually("a PluginLoadFailed Event naming the new cause", TIMEOUT, async || {
+            let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("PluginLoadFailed") && e.message.as_deref().is_some_and(|m| m.contains("missing.wasm"))
+            })
+        })
+        .await;
+
         let cond = eventually("PluginReady=False on the DynamicEnv", TIMEOUT, async || {
             plugin_ready(&des.get("de").await.ok()?).filter(|c| c.status == "False")
         })

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use futures::Stream;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -160,13 +160,64 @@ impl WriteGate {
 #[derive(Clone)]
 pub struct Writer {
     gate: Arc<WriteGate>,
-    recorder: Recorder,
+    recorders: Recorders,
+}
+
+/// How long an Event's series stays open for repeats, as kube's and client-go's recorders.
+const EVENT_SERIES_WINDOW: std::time::Duration = std::time::Duration::from_secs(6 * 60);
+
+/// Notes with an open series kept at most; past it the oldest series are closed.
+const MAX_OPEN_NOTES: usize = 4096;
+
+/// kube's [`Recorder`] folds an Event into the series of an earlier one with the same type,
+/// reason, action and objects even when its note differs, and the series keeps the first
+/// note: a second plugin's load failure, or a new cause of the same failure, would read as a
+/// repeat of the first. client-go folds only Events with the same note; one [`Recorder`] per
+/// note does the same here.
+#[derive(Clone)]
+struct Recorders {
+    client: kube::Client,
+    reporter: Reporter,
+    by_note: Arc<Mutex<std::collections::HashMap<String, (Recorder, std::time::Instant)>>>,
+}
+
+impl Recorders {
+    fn for_note(&self, note: &str) -> Recorder {
+        let now = std::time::Instant::now();
+        let mut by_note = self.by_note.lock().unwrap_or_else(|e| e.into_inner());
+        by_note.retain(|_, (_, used)| now.duration_since(*used) < EVENT_SERIES_WINDOW);
+        if by_note.len() >= MAX_OPEN_NOTES
+            && let Some(oldest) = by_note
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(note, _)| note.clone())
+        {
+            by_note.remove(&oldest);
+        }
+        let (recorder, used) = by_note.entry(note.to_owned()).or_insert_with(|| {
+            (
+                Recorder::new(self.client.clone(), self.reporter.clone()),
+                now,
+            )
+        });
+        *used = now;
+        recorder.clone()
+    }
 }
 
 impl Writer {
-    /// A writer whose Events are published by `recorder`.
-    pub fn new(gate: Arc<WriteGate>, recorder: Recorder) -> Self {
-        Self { gate, recorder }
+    /// A writer whose Events are published with `client` as `reporter`. Events fold into one
+    /// series (`count`, `lastObservedTime`) only when type, reason, action, note and objects
+    /// are all the same, within 6 minutes, as client-go's recorder.
+    pub fn new(gate: Arc<WriteGate>, client: kube::Client, reporter: Reporter) -> Self {
+        Self {
+            gate,
+            recorders: Recorders {
+                client,
+                reporter,
+                by_note: Arc::default(),
+            },
+        }
     }
 
     /// The gate.
@@ -432,8 +483,8 @@ impl Writer {
     }
 
     /// As [`Writer::event`], naming a `related` object too (e.g. the policy that restarted a
-    /// workload). Events fold into one series only when reason, action, object and related
-    /// object are all the same.
+    /// workload). Events fold into one series only when type, reason, action, note, object
+    /// and related object are all the same (see [`Writer::new`]).
     pub async fn event_related(
         &self,
         reference: &ObjectReference,
@@ -449,6 +500,7 @@ impl Writer {
             tracing::debug!(reason, %note, "passive: Event not recorded");
             return;
         }
+        let recorder = self.recorders.for_note(&note);
         let event = Event {
             type_,
             reason: reason.into(),
@@ -457,7 +509,7 @@ impl Writer {
             secondary: related.cloned(),
         };
         let result = self
-            .send("event", "Event", self.recorder.publish(&event, reference))
+            .send("event", "Event", recorder.publish(&event, reference))
             .await;
         if let Err(e) = &result
             && !matches!(e, WriteError::Passive)
@@ -503,7 +555,7 @@ mod tests {
             !gate.set_active_until(deadline),
             "a renewal is no transition"
         );
-        let writer = Writer::new(gate.clone(), test_recorder());
+        let writer = test_writer(gate.clone());
         let never = std::future::pending::<Result<(), kube::Error>>();
         let started = Instant::now();
         let r = writer.send("patch", "Thing", never).await;
@@ -519,16 +571,38 @@ mod tests {
         assert_eq!(gate.deadline(), None);
     }
 
-    fn test_recorder() -> Recorder {
+    fn test_writer(gate: Arc<WriteGate>) -> Writer {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        Recorder::new(
+        Writer::new(
+            gate,
             client,
-            kube::runtime::events::Reporter {
+            Reporter {
                 controller: "test".into(),
                 instance: None,
             },
         )
+    }
+
+    #[tokio::test]
+    async fn events_with_another_note_get_their_own_series() {
+        let writer = test_writer(WriteGate::new(true));
+        let open = || writer.recorders.by_note.lock().unwrap().len();
+        writer.recorders.for_note("plugin a: sha256 mismatch");
+        writer.recorders.for_note("plugin a: sha256 mismatch");
+        assert_eq!(open(), 1, "a repeat joins the open series");
+        writer.recorders.for_note("plugin b: not found");
+        assert_eq!(open(), 2, "another note opens its own");
+        // A series past its window closes.
+        for (_, used) in writer.recorders.by_note.lock().unwrap().values_mut() {
+            *used -= EVENT_SERIES_WINDOW;
+        }
+        writer.recorders.for_note("plugin b: not found");
+        assert_eq!(open(), 1);
+        for i in 0..MAX_OPEN_NOTES + 10 {
+            writer.recorders.for_note(&format!("note {i}"));
+        }
+        assert_eq!(open(), MAX_OPEN_NOTES, "bounded");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use tokio::sync::watch;
@@ -118,17 +118,15 @@ pub struct Context {
 impl Context {
     /// A context for `client` and `registry`; the gate starts passive until the DR loop opens it.
     pub fn new(client: Client, registry: Arc<Registry>, options: RunOptions) -> Arc<Self> {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: Some(options.identity.clone()),
-            },
-        );
+        let writer_client = client.clone();
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(options.identity.clone()),
+        };
         Arc::new(Self {
             client,
             registry,
-            writer: Writer::new(WriteGate::new(false), recorder),
+            writer: Writer::new(WriteGate::new(false), writer_client, reporter),
             options,
             dr: Arc::default(),
             registry_loaded: AtomicBool::new(false),

@@ -348,13 +348,11 @@ mod tests {
         let client = client_answering(404);
         let writer = Writer::new(
             crate::runtime::gate::WriteGate::new(true),
-            kube::runtime::events::Recorder::new(
-                client.clone(),
-                kube::runtime::events::Reporter {
-                    controller: "test".into(),
-                    instance: None,
-                },
-            ),
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
         );
         let keda = AutoscalerRef {
             type_: "keda".into(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kube::api::Patch;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 
 use super::catalog::Catalog;
@@ -44,16 +44,14 @@ pub struct KubeDemand {
 impl KubeDemand {
     /// A sink writing with `client` as `identity` (the pod name).
     pub fn new(client: Client, identity: &str) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "wasmop-resolver".into(),
-                instance: Some(identity.into()),
-            },
-        );
+        let writer_client = client.clone();
+        let reporter = Reporter {
+            controller: "wasmop-resolver".into(),
+            instance: Some(identity.into()),
+        };
         Self {
             client,
-            writer: Writer::new(WriteGate::new(true), recorder),
+            writer: Writer::new(WriteGate::new(true), writer_client, reporter),
         }
     }
 }
