@@ -49,8 +49,8 @@ pub enum Command {
 pub enum PluginCommand {
     /// Load a component, check its world and version, call `info` and `validate-settings`.
     Check {
-        /// The component file (`.wasm`).
-        file: PathBuf,
+        /// The component file (`.wasm`) or `builtin://NAME`.
+        plugin: String,
         /// The hook it is for; tried against every hook when omitted.
         #[arg(long)]
         hook: Option<Hook>,
@@ -202,10 +202,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Resolver(opts) => crate::scaling::resolver::run(opts).await,
         Command::Plan(opts) => crate::routing::plan_command(opts).await,
         Command::Plugin(PluginCommand::Check {
-            file,
+            plugin,
             hook,
             settings,
-        }) => plugin_check(&file, hook, &settings).await,
+        }) => plugin_check(&plugin, hook, &settings).await,
         Command::Plugin(PluginCommand::Run {
             hook,
             plugin,
@@ -222,54 +222,51 @@ fn settings_value(settings: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(settings).context("--settings is not valid JSON")
 }
 
-async fn plugin_check(file: &Path, hook: Option<Hook>, settings: &str) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+async fn plugin_check(
+    plugin: &str,
+    hook: Option<Hook>,
+    settings: &str,
+) -> anyhow::Result<ExitCode> {
+    let (bytes, name) = read_plugin(plugin).await?;
     let runtime = PluginRuntime::new(RuntimeOptions::default())?;
-    let name = file
-        .file_stem()
-        .map_or_else(|| "plugin".into(), |s| s.to_string_lossy().into_owned());
     let settings = settings_value(settings)?;
     let hooks: Vec<Hook> = hook.map_or_else(|| Hook::ALL.to_vec(), |h| vec![h]);
-    let mut failures = Vec::new();
+    let mut failures: Vec<(Hook, String)> = Vec::new();
     for h in hooks {
-        let mut spec = PluginSpec::new(&name, h, &format!("file://{}", file.display()));
+        let mut spec = PluginSpec::new(&name, h, plugin);
         spec.settings = Some(settings.clone());
         match runtime.load(&spec, &bytes).await {
             Ok(p) => {
                 let (pname, version) = p.info();
                 println!(
-                    "ok: {} is a {h} plugin ({pname} {version}), world {} of wasmop:plugin@0.1.0, sha256 {}; settings accepted",
-                    file.display(),
+                    "ok: {plugin} is a {h} plugin ({pname} {version}), world {} of wasmop:plugin@0.1.0, sha256 {}; settings accepted",
                     h.world(),
                     p.digest()
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            Err(e) => failures.push(format!("  {h}: {}", e.message)),
+            Err(e) => failures.push((h, e.message)),
         }
     }
-    println!(
-        "FAIL: {} is not a usable wasmop plugin:\n{}",
-        file.display(),
-        failures.join("\n")
-    );
+    // A file that is no component fails every hook alike: say it once.
+    let why = if failures.windows(2).all(|w| w[0].1 == w[1].1) {
+        format!(" {}", failures[0].1)
+    } else {
+        failures
+            .iter()
+            .map(|(h, m)| format!("\n  {h}: {m}"))
+            .collect()
+    };
+    println!("FAIL: {plugin} is not a usable wasmop plugin:{why}");
     Ok(ExitCode::FAILURE)
 }
 
-/// Loads `plugin` (`builtin://NAME` or a component file) for `hook` with `settings`, as the
-/// CLI commands (`plugin run`, `plan`) do, with `limits` and `grants` (`plan`: the production
-/// limits, nothing granted).
+/// The bytes of `plugin` (`builtin://NAME` or a component file) and the name it goes by (the
+/// builtin's name, or the file name without its extension).
 ///
 /// # Errors
-/// When the file cannot be read, the component does not load or its settings are rejected.
-pub(crate) async fn load_for_cli(
-    runtime: &Arc<PluginRuntime>,
-    hook: Hook,
-    plugin: &str,
-    settings: serde_json::Value,
-    limits: Limits,
-    grants: Grants,
-) -> anyhow::Result<Arc<Plugin>> {
+/// The file cannot be read, or there is no such builtin.
+async fn read_plugin(plugin: &str) -> anyhow::Result<(Vec<u8>, String)> {
     let (source, name) = if let Some(name) = plugin.strip_prefix("builtin://") {
         (Source::Builtin(name.into()), name.to_owned())
     } else {
@@ -287,6 +284,24 @@ pub(crate) async fn load_for_cli(
         .fetch(&source)
         .await
         .map_err(anyhow::Error::msg)?;
+    Ok((bytes, name))
+}
+
+/// Loads `plugin` (`builtin://NAME` or a component file) for `hook` with `settings`, as the
+/// CLI commands (`plugin run`, `plan`) do, with `limits` and `grants` (`plan`: the production
+/// limits, nothing granted).
+///
+/// # Errors
+/// When the file cannot be read, the component does not load or its settings are rejected.
+pub(crate) async fn load_for_cli(
+    runtime: &Arc<PluginRuntime>,
+    hook: Hook,
+    plugin: &str,
+    settings: serde_json::Value,
+    limits: Limits,
+    grants: Grants,
+) -> anyhow::Result<Arc<Plugin>> {
+    let (bytes, name) = read_plugin(plugin).await?;
     let mut spec = PluginSpec::new(&name, hook, plugin);
     spec.settings = Some(settings);
     spec.limits = limits;

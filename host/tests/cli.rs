@@ -65,6 +65,45 @@ fn check_finds_the_world_and_validates_settings() {
     assert!(text(&bad).contains("settings rejected"), "{}", text(&bad));
 }
 
+/// What is not a component is said once, in words, whatever the hook; builtins are checked
+/// by name.
+#[test]
+fn check_says_what_a_file_is_when_it_is_no_component() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let core = dir.join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let out = wasmop(&["plugin", "check", core.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(
+        &out,
+        "core.wasm is not a usable wasmop plugin: a core WebAssembly module, not a component",
+    );
+    assert_eq!(
+        text(&out).matches("core WebAssembly module").count(),
+        1,
+        "said once, not per hook: {}",
+        text(&out)
+    );
+
+    let junk = dir.join("notes.wasm");
+    std::fs::write(&junk, "hello").unwrap();
+    let out = wasmop(&["plugin", "check", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(
+        &out,
+        "notes.wasm is not a usable wasmop plugin: not a WebAssembly file",
+    );
+    assert!(!text(&out).contains("0x"), "no parser dump: {}", text(&out));
+
+    let out = wasmop(&["plugin", "check", "builtin://restart-sidecar"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_says(&out, "builtin://restart-sidecar is a restart plugin");
+    let out = wasmop(&["plugin", "check", "builtin://nope"]);
+    assert!(!out.status.success());
+    assert_says(&out, r#"unknown builtin "nope" (known: routing-istio,"#);
+}
+
 #[test]
 fn run_prints_the_decision_as_json() {
     let dir = std::env::temp_dir().join(format!("wasmop-cli-run-{}", std::process::id()));

@@ -48,6 +48,12 @@ pub fn find(name: &str) -> Option<&'static Builtin> {
     BUILTINS.iter().find(|b| b.name == name)
 }
 
+/// The error for a `builtin://NAME` that names none: `unknown builtin "NAME" (known: …)`.
+pub fn unknown(name: &str) -> String {
+    let known: Vec<_> = BUILTINS.iter().map(|b| b.name).collect();
+    format!("unknown builtin {name:?} (known: {})", known.join(", "))
+}
+
 /// The default builtin for `hook` (the first of [`BUILTINS`] for it).
 pub fn for_hook(hook: Hook) -> &'static Builtin {
     BUILTINS

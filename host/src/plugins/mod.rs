@@ -331,6 +331,20 @@ pub fn read_extra_ca_file(path: Option<&std::path::Path>) -> anyhow::Result<Opti
     .transpose()
 }
 
+/// Why `bytes` did not compile (`error`), in the words a plugin author needs: a core module
+/// and a file that is not WebAssembly at all are told apart from a broken component.
+fn not_a_component(bytes: &[u8], error: &anyhow::Error) -> String {
+    if wasmparser::Parser::is_core_wasm(bytes) {
+        "a core WebAssembly module, not a component: build the plugin for wasm32-wasip2, or \
+         wrap the module with `wasm-tools component new`"
+            .into()
+    } else if !bytes.starts_with(b"\0asm") {
+        "not a WebAssembly file (it does not start with the \\0asm header)".into()
+    } else {
+        format!("not a valid component: {error:#}")
+    }
+}
+
 /// Environment variable that, set to `1`, makes the runtime write `/tmp/perf-<pid>.map`, so that
 /// `perf record`/`perf report` name the functions of plugins (docs/plugins.md, "Profiling").
 pub const PERFMAP_ENV: &str = "WASMOP_PLUGIN_PERFMAP";
@@ -494,7 +508,7 @@ impl PluginRuntime {
         let (component, origin) = self
             .cache
             .load(&self.engine, digest, bytes)
-            .map_err(|e| format!("not a valid component: {e:#}"))?;
+            .map_err(|e| not_a_component(bytes, &e))?;
         let pre = Arc::new(WorldPre::new(&self.linker, &component, hook)?);
         pres.insert(key, Arc::downgrade(&pre));
         Ok((pre, Some(origin)))

@@ -59,13 +59,8 @@ impl RegistryConfig {
             }
             match Source::parse(&p.source)? {
                 Source::Builtin(name) => {
-                    let b = builtin::find(&name).ok_or_else(|| {
-                        let known: Vec<_> = builtin::BUILTINS.iter().map(|b| b.name).collect();
-                        format!(
-                            "{at}: unknown builtin {name:?} (known: {})",
-                            known.join(", ")
-                        )
-                    })?;
+                    let b = builtin::find(&name)
+                        .ok_or_else(|| format!("{at}: {}", builtin::unknown(&name)))?;
                     if b.hook != p.hook {
                         return Err(format!(
                             "{at}: builtin {name} is a {} plugin, not {}",
@@ -252,7 +247,7 @@ impl Fetch for LocalFetch {
                 .map_err(|e| format!("cannot read {path}: {e}")),
             Source::Builtin(name) => builtin::find(name)
                 .map(|b| b.wasm.to_vec())
-                .ok_or_else(|| format!("unknown builtin {name}")),
+                .ok_or_else(|| builtin::unknown(name)),
             Source::ConfigMap { name, key } => Err(format!(
                 "configmap://{name}/{key} needs a cluster connection"
             )),
@@ -483,7 +478,7 @@ impl Registry {
                 .map(|b| std::borrow::Cow::Borrowed(b.wasm))
                 .ok_or_else(|| LoadError {
                     plugin: spec.name.clone(),
-                    message: format!("unknown builtin {name}"),
+                    message: builtin::unknown(name),
                 })?,
             other => {
                 std::borrow::Cow::Owned(fetch.fetch(other).await.map_err(|message| LoadError {
