@@ -1080,20 +1080,34 @@ fn classify(e: &wasmtime::Error, sandbox: &Sandbox, limits: &Limits) -> Failure 
             limit_mib: limits.memory_mib,
         };
     }
-    match e.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => Failure::Timeout {
+    if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
+        return Failure::Timeout {
             limit_ms: limits.timeout_ms,
-        },
-        Some(trap) => {
-            let detail = format!("{e:#}");
-            Failure::Trap(if detail.contains(&trap.to_string()) {
-                detail
-            } else {
-                format!("{trap}: {detail}")
-            })
-        }
-        None => Failure::Trap(format!("{e:#}")),
+        };
     }
+    // The causes without the wasm backtrace (a context layer of the error), whose frames are
+    // unnamed in a stripped build; it goes to the debug log.
+    let backtrace = e
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .map(ToString::to_string);
+    let cause = e
+        .chain()
+        .map(ToString::to_string)
+        .filter(|c| backtrace.as_ref() != Some(c))
+        .collect::<Vec<_>>()
+        .join(": ");
+    if let Some(backtrace) = &backtrace {
+        tracing::debug!(
+            plugin = sandbox.plugin(),
+            "plugin call failed: {cause}\n{backtrace}"
+        );
+    }
+    let stderr = sandbox.stderr_tail();
+    Failure::Trap(if stderr.is_empty() {
+        cause
+    } else {
+        format!("{cause}; stderr: {stderr}")
+    })
 }
 
 pub use bindings::dr::wasmop::plugin::dr::{

@@ -17,6 +17,8 @@ use super::{Grants, Limits};
 pub const MAX_LOG_LINE: usize = 4 * 1024;
 /// Most log bytes kept from one call.
 pub const MAX_LOG_PER_CALL: usize = 64 * 1024;
+/// Bytes of a plugin's stderr kept from one call: its last ones, which a failure quotes.
+pub const STDERR_TAIL: usize = 2 * 1024;
 /// Where `grants.readOnlyDir` appears inside the guest.
 pub const READ_ONLY_DIR_GUEST_PATH: &str = "/data";
 
@@ -29,6 +31,7 @@ pub struct Sandbox {
     table: ResourceTable,
     limiter: Limiter,
     log_budget: usize,
+    stderr: StderrTail,
 }
 
 impl Sandbox {
@@ -44,8 +47,11 @@ impl Sandbox {
         pool: &HttpPool,
     ) -> anyhow::Result<Self> {
         let mut wasi = WasiCtxBuilder::new();
-        // Deny-all: no env, args, stdio, sockets or preopens unless granted below.
-        wasi.allow_tcp(false)
+        let stderr = StderrTail::default();
+        // Deny-all: no env, args, stdin, stdout, sockets or preopens unless granted below;
+        // stderr is kept (its tail) for the messages of failures.
+        wasi.stderr(stderr.clone())
+            .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
         if let Some(dir) = grants.read_only_dir.as_deref().filter(|d| !d.is_empty()) {
@@ -74,7 +80,19 @@ impl Sandbox {
                 memory: MemoryUse::default(),
             },
             log_budget: MAX_LOG_PER_CALL,
+            stderr,
         })
+    }
+
+    /// The plugin's registry name.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// The last [`STDERR_TAIL`] bytes the plugin wrote to stderr (a panic message, an
+    /// interpreter's traceback), as one line: lines joined with `; `, empty when it wrote none.
+    pub fn stderr_tail(&self) -> String {
+        self.stderr.one_line()
     }
 
     /// The resource limiter to install with `Store::limiter`.
@@ -171,6 +189,97 @@ impl ResourceLimiter for Limiter {
 
     fn memories(&self) -> usize {
         self.inner.memories()
+    }
+}
+
+/// A plugin's stderr: writes always succeed (a chatty plugin must not fail for it), and only
+/// the last [`STDERR_TAIL`] bytes are kept.
+#[derive(Clone, Default)]
+struct StderrTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u8>>>);
+
+impl StderrTail {
+    fn push(&self, bytes: &[u8]) {
+        let mut tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = &bytes[bytes.len().saturating_sub(STDERR_TAIL)..];
+        let excess = (tail.len() + bytes.len()).saturating_sub(STDERR_TAIL);
+        tail.drain(..excess);
+        tail.extend(bytes);
+    }
+
+    fn one_line(&self) -> String {
+        let tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (front, back) = tail.as_slices();
+        let text = String::from_utf8_lossy(&[front, back].concat()).into_owned();
+        let mut line = String::new();
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !line.is_empty() {
+                // "panicked at src/lib.rs:48:23:" runs on into its message.
+                line.push_str(if line.ends_with(':') { " " } else { "; " });
+            }
+            line.push_str(l);
+        }
+        line
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for StderrTail {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for StderrTail {
+    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl wasmtime_wasi::p2::OutputStream for StderrTail {
+    fn write(&mut self, bytes: bytes::Bytes) -> wasmtime_wasi::p2::StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> wasmtime_wasi::p2::StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> wasmtime_wasi::p2::StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for StderrTail {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for StderrTail {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.push(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
