@@ -330,22 +330,24 @@ async fn plugin_run(
         .with_context(|| format!("cannot read {}", input.display()))?;
     let parse_err =
         |e: serde_json::Error| anyhow::anyhow!("{}: not a {hook} request: {e}", input.display());
+    let mut request: serde_json::Value = serde_json::from_str(&text).map_err(parse_err)?;
+    inline_json_fields(&mut request, hook);
     let out = match hook {
         Hook::Routing => serde_json::to_value(
             plugin
-                .route(serde_json::from_str(&text).map_err(parse_err)?)
+                .route(serde_json::from_value(request).map_err(parse_err)?)
                 .await
                 .map_err(run_error)?,
         )?,
         Hook::Scaling => serde_json::to_value(
             plugin
-                .vote(serde_json::from_str(&text).map_err(parse_err)?)
+                .vote(serde_json::from_value(request).map_err(parse_err)?)
                 .await
                 .map_err(run_error)?,
         )?,
         Hook::Restart => {
             let req: crate::plugins::RestartRequest =
-                serde_json::from_str(&text).map_err(parse_err)?;
+                serde_json::from_value(request).map_err(parse_err)?;
             let pods = serde_json::from_str::<Vec<serde_json::Value>>(&req.pods)
                 .context("`pods` must be a JSON array")?
                 .len();
@@ -353,13 +355,32 @@ async fn plugin_run(
         }
         Hook::Dr => serde_json::to_value(
             plugin
-                .check(serde_json::from_str(&text).map_err(parse_err)?)
+                .check(serde_json::from_value(request).map_err(parse_err)?)
                 .await
                 .map_err(run_error)?,
         )?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
+}
+
+/// The request fields of `hook` that cross as JSON text (the WIT's `string` fields holding a
+/// Kubernetes object, a trigger's metadata, a list of pods): an input file may give them as
+/// JSON objects or arrays, which are written out as text here, or as strings.
+fn inline_json_fields(request: &mut serde_json::Value, hook: Hook) {
+    let fields: &[&str] = match hook {
+        Hook::Routing => &["virtual_service"],
+        Hook::Scaling => &["metadata"],
+        Hook::Restart => &["desired", "applied", "pods"],
+        Hook::Dr => &[],
+    };
+    for field in fields {
+        if let Some(v) = request.get_mut(*field)
+            && (v.is_object() || v.is_array())
+        {
+            *v = serde_json::Value::String(v.to_string());
+        }
+    }
 }
 
 /// A failed call of `plugin run`, with the flag that grants a denied host.

@@ -176,6 +176,43 @@ fn run(hook: &str, plugin: &str, request: &serde_json::Value, args: &[&str]) -> 
     wasmop(&all)
 }
 
+/// Fields that cross as JSON text (here a routing request's `virtual_service`) may be given
+/// in the input file as JSON objects: the answer is the same as with the text.
+#[test]
+fn run_takes_json_fields_as_objects_or_as_text() {
+    let vs = serde_json::json!({
+        "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "shop"},
+        "spec": {"hosts": ["reviews"], "http": [
+            {"name": "default", "route": [{"destination": {"host": "reviews", "subset": "shared"}}]}
+        ]},
+    });
+    let request = |virtual_service: serde_json::Value| {
+        serde_json::json!({
+            "dynamic_env": "shop/feature-42", "unique_name": "reviews-feature-42",
+            "subset": "reviews-feature-42", "host": "reviews", "namespace": "shop",
+            "default_version": "shared", "route_prefix": "de-shop-feature-42-",
+            "matches": [{"headers": [{"name": "end-user", "value": {"Exact": "jason"}}],
+                         "source_labels": []}],
+            "virtual_service": virtual_service,
+        })
+    };
+    let plugin = "builtin://routing-istio";
+    let as_object = run("routing", plugin, &request(vs.clone()), &[]);
+    assert!(as_object.status.success(), "{}", text(&as_object));
+    let as_text = run("routing", plugin, &request(vs.to_string().into()), &[]);
+    assert!(as_text.status.success(), "{}", text(&as_text));
+    assert_eq!(as_object.stdout, as_text.stdout);
+    let v: serde_json::Value = serde_json::from_slice(&as_object.stdout).unwrap();
+    let http: Vec<serde_json::Value> = serde_json::from_str(v["http"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        http.len(),
+        2,
+        "the DynamicEnv's route, then the default: {v}"
+    );
+    assert_eq!(http[1]["name"], "default", "{v}");
+}
+
 /// A request for the hostile fixture: `behaviour` with its argument.
 fn hostile(behaviour: &str, argument: &str) -> serde_json::Value {
     serde_json::json!({
