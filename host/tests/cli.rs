@@ -213,6 +213,20 @@ fn run_takes_json_fields_as_objects_or_as_text() {
     assert_eq!(http[1]["name"], "default", "{v}");
 }
 
+/// What a plugin writes to stderr shows in `plugin run`'s debug log, also when the call
+/// succeeds.
+#[test]
+fn run_shows_the_plugins_stderr_in_the_debug_log() {
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let chatty = hostile("stderr", "1,ok");
+    let quiet = run("routing", &fixture, &chatty, &[]);
+    assert!(quiet.status.success(), "{}", text(&quiet));
+    assert!(!text(&quiet).contains("yyyy"), "{}", text(&quiet));
+    let debug = run("routing", &fixture, &chatty, &["--log", "wasmop=debug"]);
+    assert!(debug.status.success(), "{}", text(&debug));
+    assert_says(&debug, "plugin stderr (its tail): yyyy");
+}
+
 /// A request for the hostile fixture: `behaviour` with its argument.
 fn hostile(behaviour: &str, argument: &str) -> serde_json::Value {
     serde_json::json!({

@@ -845,6 +845,9 @@ impl Plugin {
         drop(in_flight);
         let sandbox = store.data();
         crate::metrics::plugin_memory(&self.spec, sandbox.memory_use());
+        if sandbox.wrote_stderr() {
+            tracing::debug!(plugin = %self.spec.name, "plugin stderr (its tail): {}", sandbox.stderr_tail());
+        }
         let Some(result) = result else {
             return Err(self.fail(Failure::Timeout {
                 limit_ms: limits.timeout_ms,

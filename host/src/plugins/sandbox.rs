@@ -89,6 +89,16 @@ impl Sandbox {
         &self.plugin
     }
 
+    /// Whether the plugin wrote to stderr.
+    pub fn wrote_stderr(&self) -> bool {
+        !self
+            .stderr
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// The last [`STDERR_TAIL`] bytes the plugin wrote to stderr (a panic message, an
     /// interpreter's traceback), as one line: lines joined with `; `, empty when it wrote none.
     pub fn stderr_tail(&self) -> String {
