@@ -764,8 +764,10 @@ async fn the_epoch_ticker_ticks_only_while_a_call_is_in_flight() {
         }
     }
     let ticked = rt.epoch_ticks() - idle;
+    // 25 ticks each, unless the ticker falls behind on a busy machine and the wall-clock cap
+    // (limit plus one tick) stops the call first.
     assert!(
-        ticked >= 50,
+        ticked >= 40,
         "two calls looping until 250 ms took {ticked} ticks of 10 ms"
     );
     eventually("the ticker parks again when no call is in flight", || {

@@ -45,8 +45,9 @@ impl EpochTicker {
                         continue;
                     }
                     std::thread::sleep(EPOCH_TICK);
+                    // Counted before the epoch moves, so a call stopped by it finds it counted.
+                    shared.ticks.fetch_add(1, Ordering::Release);
                     engine.increment_epoch();
-                    shared.ticks.fetch_add(1, Ordering::Relaxed);
                 }
             })?;
         Ok(Self {
@@ -71,7 +72,7 @@ impl EpochTicker {
 
     /// Ticks so far.
     pub(super) fn ticks(&self) -> u64 {
-        self.state.ticks.load(Ordering::Relaxed)
+        self.state.ticks.load(Ordering::Acquire)
     }
 }
 
