@@ -160,6 +160,9 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         })
         .await;
         assert_eq!(event.type_.as_deref(), Some("Warning"));
+        let log = operator.log();
+        let warnings = log.lines().filter(|l| l.contains(" WARN ") && l.contains("sha256 mismatch"));
+        assert_eq!(warnings.count(), 1, "the failure is logged once:\n{log}");
 
         // A new cause of the same failure is an Event of its own, not a repeat of the first.
         let missing = registry_doc(&"0".repeat(64)).replace("router.wasm", "missing.wasm");

@@ -412,6 +412,7 @@ impl Registry {
 
     /// Loads `config`: unchanged entries keep their loaded plugin, changed ones are fetched,
     /// verified and compiled off the executor, then the new snapshot is swapped in at once.
+    /// The report lists what loaded and what failed, with why; the caller logs it.
     pub async fn apply(&self, config: RegistryConfig, fetch: &dyn Fetch) -> ReloadReport {
         let _guard = self.reload.lock().await;
         let old = self.current.load_full();
@@ -439,7 +440,6 @@ impl Registry {
                     report.loaded.push(name.clone());
                 }
                 Err(e) => {
-                    tracing::warn!(plugin = %name, "{e}");
                     // Keep the last good version only if it is for the same hook.
                     if let Some(p) = old
                         .plugins
