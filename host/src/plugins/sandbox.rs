@@ -91,12 +91,7 @@ impl Sandbox {
 
     /// Whether the plugin wrote to stderr.
     pub fn wrote_stderr(&self) -> bool {
-        !self
-            .stderr
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        !self.stderr.is_empty()
     }
 
     /// The last [`STDERR_TAIL`] bytes the plugin wrote to stderr (a panic message, an
@@ -208,6 +203,10 @@ impl ResourceLimiter for Limiter {
 struct StderrTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u8>>>);
 
 impl StderrTail {
+    fn is_empty(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
     fn push(&self, bytes: &[u8]) {
         let mut tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let bytes = &bytes[bytes.len().saturating_sub(STDERR_TAIL)..];

@@ -118,15 +118,14 @@ pub struct Context {
 impl Context {
     /// A context for `client` and `registry`; the gate starts passive until the DR loop opens it.
     pub fn new(client: Client, registry: Arc<Registry>, options: RunOptions) -> Arc<Self> {
-        let writer_client = client.clone();
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(options.identity.clone()),
         };
         Arc::new(Self {
+            writer: Writer::new(WriteGate::new(false), client.clone(), reporter),
             client,
             registry,
-            writer: Writer::new(WriteGate::new(false), writer_client, reporter),
             options,
             dr: Arc::default(),
             registry_loaded: AtomicBool::new(false),

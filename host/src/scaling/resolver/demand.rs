@@ -44,14 +44,13 @@ pub struct KubeDemand {
 impl KubeDemand {
     /// A sink writing with `client` as `identity` (the pod name).
     pub fn new(client: Client, identity: &str) -> Self {
-        let writer_client = client.clone();
         let reporter = Reporter {
             controller: "wasmop-resolver".into(),
             instance: Some(identity.into()),
         };
         Self {
+            writer: Writer::new(WriteGate::new(true), client.clone(), reporter),
             client,
-            writer: Writer::new(WriteGate::new(true), writer_client, reporter),
         }
     }
 }
