@@ -79,6 +79,19 @@ fn plugin_entry(addr: &str, name: &str) -> Option<Value> {
         .cloned()
 }
 
+/// The value of the sample `series` (name and labels as `/metrics` prints them).
+fn metric(addr: &str, series: &str) -> Option<String> {
+    let (status, body) = http_get(addr, "/metrics")?;
+    if status != 200 {
+        return None;
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+}
+
+const CUSTOM_ROUTING_READY: &str = r#"wasmop_plugin_ready{plugin="custom-routing",hook="routing"}"#;
+const CONFIG_RELOAD_SUCCESSFUL: &str = "wasmop_plugins_config_last_reload_successful";
+
 fn plugin_ready(de: &DynamicEnv) -> Option<Condition> {
     de.status
         .as_ref()?
@@ -114,6 +127,9 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         })
         .await;
         assert_eq!(v1["servingDigest"], d1.as_str());
+        // The gauges are set once the reload is done, just after /plugins shows it.
+        eventually("wasmop_plugin_ready 1", TIMEOUT, async || metric(&addr, CUSTOM_ROUTING_READY).filter(|v| v == "1")).await;
+        assert_eq!(metric(&addr, CONFIG_RELOAD_SUCCESSFUL).as_deref(), Some("1"));
 
         // A DynamicEnv using the plugin gets PluginReady=True.
         let des: Api<DynamicEnv> = Api::namespaced(client.clone(), &ns);
@@ -150,6 +166,7 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         assert_eq!(failed["ready"], false);
         assert_eq!(failed["servingDigest"], d2.as_str(), "the last good version keeps serving");
         assert!(failed["message"].as_str().unwrap().contains("sha256 mismatch"), "{failed}");
+        eventually("wasmop_plugin_ready 0", TIMEOUT, async || metric(&addr, CUSTOM_ROUTING_READY).filter(|v| v == "0")).await;
 
         let events: Api<Event> = Api::namespaced(client.clone(), &ns);
         let event = eventually("a PluginLoadFailed Warning Event on wasmop-plugins", TIMEOUT, async || {
@@ -232,6 +249,12 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
             "{missing}"
         );
         assert!(ready, "the four builtins serve");
+        eventually(
+            "wasmop_plugins_config_last_reload_successful 0",
+            TIMEOUT,
+            async || metric(&addr, CONFIG_RELOAD_SUCCESSFUL).filter(|v| v == "0"),
+        )
+        .await;
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         eventually(
             "a PluginsConfigMissing Event on the namespace",
@@ -282,6 +305,38 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
                     .into_iter()
                     .find(|e| e.reason.as_deref() == Some("PluginsConfigInvalid"))
             },
+        )
+        .await;
+
+        // Fixed, the ConfigMap is in use again; deleted, the builtins stand in once more.
+        cm.data = Some([("plugins.yaml".to_owned(), "plugins: []".to_owned())].into());
+        cms.replace("wasmop-plugins", &PostParams::default(), &cm)
+            .await
+            .unwrap();
+        eventually("the fixed ConfigMap in use", TIMEOUT, async || {
+            let (status, body) = http_get(&addr, "/plugins")?;
+            let v: Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+            v["configError"].is_null().then_some(())
+        })
+        .await;
+        eventually(
+            "wasmop_plugins_config_last_reload_successful 1",
+            TIMEOUT,
+            async || metric(&addr, CONFIG_RELOAD_SUCCESSFUL).filter(|v| v == "1"),
+        )
+        .await;
+        cms.delete("wasmop-plugins", &Default::default())
+            .await
+            .unwrap();
+        let (deleted, _) = eventually("the deleted ConfigMap reported", TIMEOUT, async || {
+            config_error(&addr).filter(|(e, _)| e.contains("was deleted"))
+        })
+        .await;
+        assert!(deleted.contains("using the builtin defaults"), "{deleted}");
+        eventually(
+            "wasmop_plugins_config_last_reload_successful 0 again",
+            TIMEOUT,
+            async || metric(&addr, CONFIG_RELOAD_SUCCESSFUL).filter(|v| v == "0"),
         )
         .await;
     })

@@ -183,8 +183,10 @@ impl Context {
         self.registry_loaded.load(Ordering::Relaxed)
     }
 
-    /// Marks the registry loaded and tells every watcher of reloads.
+    /// Marks the registry loaded, sets the registry's gauges and tells every watcher of reloads.
     pub fn registry_reloaded(&self) {
+        let (statuses, config_error) = self.registry.statuses();
+        crate::metrics::plugin_registry(&statuses, config_error.as_deref());
         self.registry_loaded.store(true, Ordering::Relaxed);
         self.reloads.send_modify(|n| *n += 1);
     }
