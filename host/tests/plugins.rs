@@ -551,6 +551,33 @@ async fn every_default_plugin_answers_through_the_host() {
     );
 }
 
+/// A resource naming an entry of another hook is not ready, in its condition as in its calls.
+#[tokio::test]
+async fn an_entry_of_another_hook_is_reported_as_the_wrong_hook() {
+    let registry = Registry::new(runtime());
+    let report = registry
+        .apply(RegistryConfig::default(), &LocalFetch::default())
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+
+    let status = registry.status(Hook::Routing, Some("dr-lease"));
+    assert!(!status.ready);
+    assert_eq!(status.reason, "WrongHook");
+    assert_eq!(
+        status.message,
+        "plugin \"dr-lease\" is a dr plugin; this resource needs a routing plugin"
+    );
+    let err = registry
+        .resolve(Hook::Routing, Some("dr-lease"))
+        .err()
+        .expect("a dr plugin does not route");
+    assert_eq!(err.to_string(), status.message);
+
+    let right = registry.status(Hook::Dr, Some("dr-lease"));
+    assert!(right.ready, "{right:?}");
+    assert_eq!(right.reason, "Loaded");
+}
+
 #[tokio::test]
 async fn compiled_components_are_cached_by_digest() {
     let dir = std::env::temp_dir().join(format!("wasmop-cache-test-{}", std::process::id()));

@@ -266,7 +266,8 @@ pub struct PluginStatus {
     pub hook: Option<Hook>,
     /// True when the latest version of the entry is loaded and serving.
     pub ready: bool,
-    /// `Loaded`, `LoadFailed` (last good still serving), `NotLoaded` (nothing to serve) or `NotFound`.
+    /// `Loaded`, `LoadFailed` (last good still serving), `NotLoaded` (nothing to serve),
+    /// `NotFound`, or `WrongHook` (the entry implements another hook; [`Registry::status`]).
     pub reason: String,
     /// Human-readable detail.
     pub message: String,
@@ -312,7 +313,7 @@ pub enum ResolveError {
     #[error("no plugin named {0:?} in {CONFIGMAP_NAME}")]
     NotFound(String),
     /// The entry exists but implements another hook.
-    #[error("plugin {name:?} is a {found} plugin, not {want}")]
+    #[error("plugin {name:?} is a {found} plugin; this resource needs a {want} plugin")]
     WrongHook {
         /// Entry name.
         name: String,
@@ -384,11 +385,24 @@ impl Registry {
         }
     }
 
-    /// The readiness of the plugin a CR of `hook` naming `name` (or none) uses.
+    /// The readiness of the plugin a CR of `hook` naming `name` (or none) uses: the entry's
+    /// own status, or `WrongHook` (not ready) when the entry implements another hook, as
+    /// [`Registry::resolve`] refuses it.
     pub fn status(&self, hook: Hook, name: Option<&str>) -> PluginStatus {
         let snap = self.current.load();
         let name = snap.entry_name(hook, name);
-        status_of(&snap, &name)
+        let mut status = status_of(&snap, &name);
+        if let Some(found) = status.hook.filter(|&h| h != hook) {
+            status.ready = false;
+            status.reason = "WrongHook".into();
+            status.message = ResolveError::WrongHook {
+                name,
+                found,
+                want: hook,
+            }
+            .to_string();
+        }
+        status
     }
 
     /// The readiness of every entry, and the config error if the ConfigMap was rejected.
