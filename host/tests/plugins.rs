@@ -563,15 +563,29 @@ async fn an_entry_of_another_hook_is_reported_as_the_wrong_hook() {
     let status = registry.status(Hook::Routing, Some("dr-lease"));
     assert!(!status.ready);
     assert_eq!(status.reason, "WrongHook");
+    // The condition's message is "plugin NAME: " and this.
     assert_eq!(
         status.message,
-        "plugin \"dr-lease\" is a dr plugin; this resource needs a routing plugin"
+        "it is a dr plugin; this resource needs a routing plugin"
     );
     let err = registry
         .resolve(Hook::Routing, Some("dr-lease"))
         .err()
         .expect("a dr plugin does not route");
-    assert_eq!(err.to_string(), status.message);
+    assert_eq!(
+        err.to_string(),
+        "plugin \"dr-lease\" is a dr plugin; this resource needs a routing plugin"
+    );
+
+    let missing = registry.status(Hook::Routing, Some("typo"));
+    assert_eq!(
+        (missing.ready, missing.reason.as_str()),
+        (false, "NotFound")
+    );
+    assert_eq!(
+        missing.message,
+        "no entry of that name in ConfigMap wasmop-plugins, nor a builtin"
+    );
 
     let right = registry.status(Hook::Dr, Some("dr-lease"));
     assert!(right.ready, "{right:?}");

@@ -395,12 +395,7 @@ impl Registry {
         if let Some(found) = status.hook.filter(|&h| h != hook) {
             status.ready = false;
             status.reason = "WrongHook".into();
-            status.message = ResolveError::WrongHook {
-                name,
-                found,
-                want: hook,
-            }
-            .to_string();
+            status.message = format!("it is a {found} plugin; this resource needs a {hook} plugin");
         }
         status
     }
@@ -512,7 +507,7 @@ fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
         (None, _, _) => (
             false,
             "NotFound",
-            format!("no plugin named {name:?} in {CONFIGMAP_NAME}"),
+            format!("no entry of that name in ConfigMap {CONFIGMAP_NAME}, nor a builtin"),
         ),
         (Some(_), Some(e), Some(p)) => (
             false,
