@@ -568,10 +568,9 @@ async fn an_entry_of_another_hook_is_reported_as_the_wrong_hook() {
         status.message,
         "it is a dr plugin; this resource needs a routing plugin"
     );
-    let err = registry
-        .resolve(Hook::Routing, Some("dr-lease"))
-        .err()
-        .expect("a dr plugin does not route");
+    let Err(err) = registry.resolve(Hook::Routing, Some("dr-lease")) else {
+        panic!("a dr plugin does not route");
+    };
     assert_eq!(
         err.to_string(),
         "plugin \"dr-lease\" is a dr plugin; this resource needs a routing plugin"
