@@ -1,8 +1,9 @@
 //! E2E: the plugin registry is hot-reloaded while `wasmop run` runs under the chart's RBAC
 //! (deploy/manifests): a good new version takes effect; a bad one leaves the last good version
 //! serving, with a Warning Event on the ConfigMap and `PluginReady=False` on the DynamicEnv
-//! using it. `--extra-ca-file` is trusted for `https://` sources, and a file holding no
-//! certificate stops the operator at start.
+//! using it. A source created after the entry naming it is picked up by the retry. The gauges
+//! on `/metrics` follow. `--extra-ca-file` is trusted for `https://` sources, and a file
+//! holding no certificate stops the operator at start.
 
 use std::time::Duration;
 
@@ -199,6 +200,92 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         assert_eq!(cond.reason, "LoadFailed");
         assert!(cond.message.contains("keeps serving"), "{}", cond.message);
         assert!(operator.alive(), "a bad plugin never takes the operator down");
+    })
+    .await;
+}
+
+/// A `configmap://` source created after the registry names it is loaded by the operator's
+/// retry, without a change to `wasmop-plugins`.
+#[tokio::test]
+async fn a_source_created_after_the_registry_loads_without_a_registry_change() {
+    install_crds();
+    install_operator_rbac();
+    with_temp_ns("retry", |client: Client, ns: String| async move {
+        let router = component("routing_istio.wasm");
+        let digest = sha256_hex(&router);
+        set_registry(&client, &ns, &registry_doc(&digest)).await;
+
+        wasmop_tests::bind_operator_namespace(&ns);
+        let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
+        cmd.args([
+            "run",
+            "--namespace",
+            &ns,
+            "--watch-namespace",
+            &ns,
+            "--listen",
+            &addr,
+        ])
+        .env("KUBECONFIG", &kubeconfig);
+        let mut operator = Process::spawn(
+            cmd,
+            wasmop_tests::dump_dir().join(format!("{ns}-operator.log")),
+        );
+
+        let missing = eventually(
+            "custom-routing not loaded: its ConfigMap is missing",
+            TIMEOUT,
+            async || {
+                assert!(operator.alive(), "the operator exited:\n{}", operator.log());
+                plugin_entry(&addr, "custom-routing").filter(|p| p["reason"] == "NotLoaded")
+            },
+        )
+        .await;
+        assert!(
+            missing["message"]
+                .as_str()
+                .unwrap()
+                .contains("ConfigMap wasmop-plugin-bin not found (retried with backoff)"),
+            "{missing}"
+        );
+
+        set_component(&client, &ns, &router).await;
+        let loaded = eventually("custom-routing loaded by a retry", TIMEOUT, async || {
+            plugin_entry(&addr, "custom-routing").filter(|p| p["ready"] == true)
+        })
+        .await;
+        assert_eq!(loaded["servingDigest"], digest.as_str());
+        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+        eventually(
+            "a PluginsLoaded Event on wasmop-plugins",
+            TIMEOUT,
+            async || {
+                let list = events
+                    .list(&ListParams::default().fields("involvedObject.name=wasmop-plugins"))
+                    .await
+                    .ok()?;
+                list.items.into_iter().find(|e| {
+                    e.reason.as_deref() == Some("PluginsLoaded")
+                        && e.message.as_deref() == Some("loaded custom-routing")
+                })
+            },
+        )
+        .await;
+        eventually("wasmop_plugin_ready 1", TIMEOUT, async || {
+            metric(&addr, CUSTOM_ROUTING_READY).filter(|v| v == "1")
+        })
+        .await;
+        let log = operator.log();
+        let warnings = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") && l.contains("wasmop-plugin-bin not found"));
+        assert_eq!(
+            warnings.count(),
+            1,
+            "a retry that fails as before is not logged again:\n{log}"
+        );
     })
     .await;
 }

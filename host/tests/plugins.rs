@@ -551,6 +551,66 @@ async fn every_default_plugin_answers_through_the_host() {
     );
 }
 
+/// An entry that failed at its source is loaded again by `retry` without a registry change;
+/// one whose bytes matched and whose settings were rejected is not retried.
+#[tokio::test]
+async fn entries_that_failed_at_their_source_are_retried() {
+    let dir = std::env::temp_dir().join(format!("wasmop-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
+    let path = dir.join("router.wasm");
+    let _ = std::fs::remove_file(&path);
+    let config = RegistryConfig::parse(&format!(
+        "plugins:\n\
+         - {{name: later, hook: routing, source: 'file://{}', sha256: {}}}\n\
+         - {{name: picky, hook: routing, source: 'builtin://routing-istio', settings: {{colour: red}}}}\n",
+        path.display(),
+        sha256_hex(&router),
+    ))
+    .unwrap();
+    let registry = Registry::new(runtime());
+    let fetch = LocalFetch::default();
+    let report = registry.apply(config, &fetch).await;
+    let failed: Vec<&str> = report.failed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(failed, ["later", "picky"], "{report:?}");
+    let later = registry.status(Hook::Routing, Some("later"));
+    assert_eq!(later.reason, "NotLoaded");
+    assert!(
+        later.message.ends_with("(retried with backoff)"),
+        "{later:?}"
+    );
+    assert!(registry.has_retryable(), "the file may appear");
+
+    // Still missing: the same failure, reported once (at the load), not again.
+    let report = registry.retry(&fetch).await;
+    assert!(
+        report.failed.is_empty() && report.loaded.is_empty(),
+        "{report:?}"
+    );
+    assert!(registry.has_retryable());
+
+    // The wrong bytes: a new failure, still worth retrying.
+    std::fs::write(&path, b"\0asm not this one").unwrap();
+    let report = registry.retry(&fetch).await;
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert!(report.failed[0].1.contains("sha256 mismatch"), "{report:?}");
+    assert!(registry.has_retryable());
+
+    // The right bytes: it loads and serves.
+    std::fs::write(&path, &router).unwrap();
+    let report = registry.retry(&fetch).await;
+    assert_eq!(report.loaded, ["later"], "{report:?}");
+    let status = registry.status(Hook::Routing, Some("later"));
+    assert!(status.ready, "{status:?}");
+    assert!(registry.resolve(Hook::Routing, Some("later")).is_ok());
+
+    // Rejected settings stay rejected until the registry changes: nothing is left to retry.
+    assert!(!registry.has_retryable());
+    let picky = registry.status(Hook::Routing, Some("picky"));
+    assert!(picky.message.contains("settings rejected"), "{picky:?}");
+    assert!(!picky.message.contains("retried"), "{picky:?}");
+}
+
 /// A resource naming an entry of another hook is not ready, in its condition as in its calls.
 #[tokio::test]
 async fn an_entry_of_another_hook_is_reported_as_the_wrong_hook() {

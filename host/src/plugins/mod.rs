@@ -283,6 +283,11 @@ pub struct LoadError {
     pub plugin: String,
     /// What went wrong and what to do.
     pub message: String,
+    /// Whether it failed at its source (unreachable, or bytes that do not match the entry's
+    /// sha256), which may pass without a change to the registry; everything after the digest
+    /// matched (compiling, `info`, `validate-settings`) gives the same answer for the same
+    /// bytes and settings.
+    pub at_source: bool,
 }
 
 /// The engine, linker, compile cache and call semaphore shared by all plugins.
@@ -529,6 +534,7 @@ impl PluginRuntime {
         let err = |message: String| LoadError {
             plugin: spec.name.clone(),
             message,
+            at_source: false,
         };
         let started = Instant::now();
         let (this, hook, want, bytes) =
@@ -538,16 +544,22 @@ impl PluginRuntime {
             if let Some(want) = want.as_deref().filter(|s| !s.is_empty())
                 && !want.eq_ignore_ascii_case(&digest)
             {
-                return Err(format!(
-                    "sha256 mismatch: the registry says {want}, the component is {digest}"
+                return Err((
+                    format!("sha256 mismatch: the registry says {want}, the component is {digest}"),
+                    true,
                 ));
             }
-            let (pre, origin) = this.pre_for(&digest, hook, &bytes)?;
+            let (pre, origin) = this
+                .pre_for(&digest, hook, &bytes)
+                .map_err(|e| (e, false))?;
             Ok((digest, pre, origin))
         })
         .await
         .map_err(|e| err(format!("load task failed: {e}")))?
-        .map_err(err)?;
+        .map_err(|(message, at_source)| LoadError {
+            at_source,
+            ..err(message)
+        })?;
         let mut plugin = Plugin {
             runtime: self.clone(),
             spec: spec.clone(),

@@ -9,7 +9,7 @@
 //!   error is reported by [`Registry::status`] (for CR conditions) and in the reload report
 //!   (for the ConfigMap's Event).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -283,6 +283,8 @@ pub struct Snapshot {
     errors: BTreeMap<String, String>,
     defaults: BTreeMap<Hook, String>,
     config_error: Option<String>,
+    /// Failed entries whose failure was at their source ([`LoadError::at_source`]).
+    retry: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -440,6 +442,9 @@ impl Registry {
                 if let Some(e) = old.errors.get(&name) {
                     next.errors.insert(name.clone(), e.clone());
                 }
+                if old.retry.contains(&name) {
+                    next.retry.insert(name.clone());
+                }
                 next.specs.insert(name, spec);
                 continue;
             }
@@ -457,6 +462,9 @@ impl Registry {
                     {
                         next.plugins.insert(name.clone(), p.clone());
                     }
+                    if e.at_source {
+                        next.retry.insert(name.clone());
+                    }
                     next.errors.insert(name.clone(), e.message.clone());
                     report.failed.push((name.clone(), e.message));
                 }
@@ -473,6 +481,54 @@ impl Registry {
         report
     }
 
+    /// Whether entry `name` failed at its source and is retried (see [`Registry::retry`]).
+    pub fn retrying(&self, name: &str) -> bool {
+        self.current.load().retry.contains(name)
+    }
+
+    /// Whether an entry failed at its source (unreachable, or bytes that do not match its
+    /// sha256), so that [`Registry::retry`] may load it without a change to the registry.
+    pub fn has_retryable(&self) -> bool {
+        !self.current.load().retry.is_empty()
+    }
+
+    /// Loads again every entry that failed at its source, keeping everything else as it is.
+    /// The report lists the entries that loaded now, and those that failed with a new error;
+    /// one that fails as before is left out (logged at debug), so a retry adds no noise.
+    pub async fn retry(&self, fetch: &dyn Fetch) -> ReloadReport {
+        let _guard = self.reload.lock().await;
+        let old = self.current.load_full();
+        let mut next = Snapshot::clone(&old);
+        let mut report = ReloadReport::default();
+        for name in &old.retry {
+            let Some(spec) = old.specs.get(name) else {
+                next.retry.remove(name);
+                continue;
+            };
+            match self.load_spec(spec, fetch).await {
+                Ok(plugin) => {
+                    next.plugins.insert(name.clone(), plugin);
+                    next.errors.remove(name);
+                    next.retry.remove(name);
+                    report.loaded.push(name.clone());
+                }
+                Err(e) => {
+                    if !e.at_source {
+                        next.retry.remove(name);
+                    }
+                    if old.errors.get(name) == Some(&e.message) {
+                        tracing::debug!(plugin = %name, "retried; fails as before: {}", e.message);
+                        continue;
+                    }
+                    next.errors.insert(name.clone(), e.message.clone());
+                    report.failed.push((name.clone(), e.message));
+                }
+            }
+        }
+        self.current.store(Arc::new(next));
+        report
+    }
+
     async fn load_spec(
         &self,
         spec: &PluginSpec,
@@ -481,6 +537,7 @@ impl Registry {
         let source = Source::parse(&spec.source).map_err(|message| LoadError {
             plugin: spec.name.clone(),
             message,
+            at_source: false,
         })?;
         let bytes: std::borrow::Cow<'static, [u8]> = match &source {
             Source::Builtin(name) => builtin::find(name)
@@ -488,11 +545,13 @@ impl Registry {
                 .ok_or_else(|| LoadError {
                     plugin: spec.name.clone(),
                     message: builtin::unknown(name),
+                    at_source: false,
                 })?,
             other => {
                 std::borrow::Cow::Owned(fetch.fetch(other).await.map_err(|message| LoadError {
                     plugin: spec.name.clone(),
                     message,
+                    at_source: true,
                 })?)
             }
         };
@@ -503,7 +562,14 @@ impl Registry {
 fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
     let spec = snap.specs.get(name);
     let serving = snap.plugins.get(name);
-    let (ready, reason, message) = match (spec, snap.errors.get(name), serving) {
+    let error = snap.errors.get(name).map(|e| {
+        if snap.retry.contains(name) {
+            format!("{e} (retried with backoff)")
+        } else {
+            e.clone()
+        }
+    });
+    let (ready, reason, message) = match (spec, error, serving) {
         (None, _, _) => (
             false,
             "NotFound",
@@ -517,7 +583,7 @@ fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
                 short(p.digest())
             ),
         ),
-        (Some(_), Some(e), None) => (false, "NotLoaded", e.clone()),
+        (Some(_), Some(e), None) => (false, "NotLoaded", e),
         (Some(_), None, Some(p)) => (
             true,
             "Loaded",

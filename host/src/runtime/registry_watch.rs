@@ -2,11 +2,17 @@
 //! (hot reload), with a Warning Event on the ConfigMap for every entry that fails to load and
 //! a fallback to the builtin defaults when the ConfigMap is missing, deleted or invalid.
 //!
+//! An entry that failed at its source (a `configmap://` ConfigMap not created yet, an
+//! `https://` server down, bytes that do not match the sha256) is loaded again after
+//! [`RETRY_FIRST`], then at doubling intervals up to [`RETRY_MAX`], as the kubelet backs off
+//! an image pull, until it loads or the ConfigMap changes.
+//!
 //! Events are writes: while this instance is passive (DR) they are kept (the latest
 //! [`MAX_PENDING_EVENTS`]) and recorded once it is promoted, so the reload that happened at
 //! start, before the first lease write, is still reported.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
@@ -39,6 +45,38 @@ impl Fetch for KubeFetch {
             .and_then(|mut d| d.remove(key))
             .map(|b| b.0)
             .ok_or_else(|| format!("ConfigMap {name} has no binaryData key {key:?}"))
+    }
+}
+
+/// The first retry of entries that failed at their source, after a load.
+pub const RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest interval between retries.
+pub const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// When to retry entries that failed at their source, if any did.
+#[derive(Default)]
+struct Backoff {
+    next: Option<(tokio::time::Instant, Duration)>,
+}
+
+impl Backoff {
+    /// After a load of the ConfigMap: from [`RETRY_FIRST`] again, if anything is to retry.
+    fn restart(&mut self, retryable: bool) {
+        self.next = retryable.then(|| (tokio::time::Instant::now() + RETRY_FIRST, RETRY_FIRST));
+    }
+
+    /// After a retry: twice the last interval (at most [`RETRY_MAX`]), if anything is left.
+    fn again(&mut self, retryable: bool) {
+        let last = self.next.map_or(RETRY_FIRST, |(_, d)| d);
+        let interval = (last * 2).min(RETRY_MAX);
+        self.next = retryable.then(|| (tokio::time::Instant::now() + interval, interval));
+    }
+
+    async fn due(&self) {
+        match self.next {
+            Some((at, _)) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -81,6 +119,9 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let mut promotions = Box::pin(ctx.gate().promotions());
     let outbox = &Outbox::default();
     let mut seen_in_init = false;
+    let mut backoff = Backoff::default();
+    // The ConfigMap last loaded, for the Events of retries.
+    let mut in_use = ObjectReference::default();
     loop {
         let event = tokio::select! {
             event = events.next() => match event {
@@ -91,14 +132,23 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                 outbox.flush(&ctx).await;
                 continue;
             }
+            () = backoff.due() => {
+                retry(&ctx, &fetch, outbox, &in_use).await;
+                backoff.again(ctx.registry.has_retryable());
+                continue;
+            }
         };
         match event {
             Ok(watcher::Event::Init) => seen_in_init = false,
             Ok(watcher::Event::InitApply(cm)) => {
                 seen_in_init = true;
+                in_use = cm.object_ref(&());
                 apply_configmap(&ctx, &fetch, outbox, &cm).await;
             }
-            Ok(watcher::Event::Apply(cm)) => apply_configmap(&ctx, &fetch, outbox, &cm).await,
+            Ok(watcher::Event::Apply(cm)) => {
+                in_use = cm.object_ref(&());
+                apply_configmap(&ctx, &fetch, outbox, &cm).await;
+            }
             Ok(watcher::Event::InitDone) if !seen_in_init => {
                 // No ConfigMap to attach the Event to: it goes on the operator's namespace.
                 let ns = ObjectReference {
@@ -129,8 +179,12 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                 )
                 .await;
             }
-            Err(e) => tracing::warn!("watching ConfigMap {}: {e}", registry::CONFIGMAP_NAME),
+            Err(e) => {
+                tracing::warn!("watching ConfigMap {}: {e}", registry::CONFIGMAP_NAME);
+                continue;
+            }
         }
+        backoff.restart(ctx.registry.has_retryable());
     }
     anyhow::bail!("the ConfigMap watch ended")
 }
@@ -161,14 +215,41 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, cm: 
         }
     };
     let report = ctx.registry.apply(config, fetch).await;
-    log_report(&report);
+    report_reload(ctx, outbox, &reference, &report).await;
+}
+
+/// Loads again the entries that failed at their source, and reports what changed with Events
+/// on `configmap`, the ConfigMap that listed them.
+async fn retry(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, configmap: &ObjectReference) {
+    let report = ctx.registry.retry(fetch).await;
+    if report.loaded.is_empty() && report.failed.is_empty() {
+        return;
+    }
+    report_reload(ctx, outbox, configmap, &report).await;
+}
+
+/// Logs a reload, tells the registry's watchers, and records its Events on `reference`.
+async fn report_reload(
+    ctx: &Context,
+    outbox: &Outbox,
+    reference: &ObjectReference,
+    report: &ReloadReport,
+) {
+    log_report(ctx, report);
     ctx.registry_reloaded();
     for (name, error) in &report.failed {
-        let note = format!("plugin {name}: {error}; the last good version (if any) keeps serving");
+        let retried = if ctx.registry.retrying(name) {
+            " (retried with backoff)"
+        } else {
+            ""
+        };
+        let note = format!(
+            "plugin {name}: {error}{retried}; the last good version (if any) keeps serving"
+        );
         publish(
             ctx,
             outbox,
-            &reference,
+            reference,
             EventType::Warning,
             "PluginLoadFailed",
             note,
@@ -180,7 +261,7 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, cm: 
         publish(
             ctx,
             outbox,
-            &reference,
+            reference,
             EventType::Normal,
             "PluginsLoaded",
             note,
@@ -206,7 +287,7 @@ async fn fall_back(
     );
     tracing::warn!("{reason}");
     let report = ctx.registry.apply_fallback(reason.clone(), fetch).await;
-    log_report(&report);
+    log_report(ctx, &report);
     ctx.registry_reloaded();
     publish(
         ctx,
@@ -219,13 +300,14 @@ async fn fall_back(
     .await;
 }
 
-fn log_report(report: &ReloadReport) {
+fn log_report(ctx: &Context, report: &ReloadReport) {
     for name in &report.loaded {
         crate::metrics::plugin_reload(name, true);
     }
     for (name, error) in &report.failed {
         crate::metrics::plugin_reload(name, false);
-        tracing::warn!(plugin = %name, "load failed: {error}");
+        let retried = ctx.registry.retrying(name);
+        tracing::warn!(plugin = %name, retried, "load failed: {error}");
     }
     if !report.removed.is_empty() {
         tracing::info!(removed = ?report.removed, "plugins removed from the registry");
@@ -246,5 +328,37 @@ async fn publish(
             .await;
     } else {
         outbox.keep((reference.clone(), type_, reason.to_owned(), note));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(b: &Backoff) -> Option<u64> {
+        b.next.map(|(_, d)| d.as_secs())
+    }
+
+    #[test]
+    fn retries_back_off_from_5_s_to_5_min_and_start_over_at_each_load() {
+        let mut b = Backoff::default();
+        b.restart(true);
+        let mut seen = vec![interval(&b)];
+        for _ in 0..7 {
+            b.again(true);
+            seen.push(interval(&b));
+        }
+        let want = [5, 10, 20, 40, 80, 160, 300, 300];
+        assert_eq!(seen, want.map(Some));
+        b.restart(true);
+        assert_eq!(
+            interval(&b),
+            Some(5),
+            "a change of the ConfigMap starts over"
+        );
+        b.again(false);
+        assert_eq!(interval(&b), None, "nothing left to retry");
+        b.restart(false);
+        assert_eq!(interval(&b), None);
     }
 }
