@@ -17,7 +17,7 @@ use wasmop::api::dynamicenv::DynamicEnv;
 use wasmop::plugins::sha256_hex;
 use wasmop_tests::tls::{self, TestCa};
 use wasmop_tests::{
-    Process, eventually, free_port, http_get, install_crds, install_operator_rbac,
+    Operator, Process, eventually, free_port, http_get, install_crds, install_operator_rbac,
     service_account_kubeconfig, with_temp_ns,
 };
 
@@ -64,6 +64,24 @@ async fn set_registry(client: &Client, ns: &str, doc: &str) {
     let mut cm = configmap(ns, "wasmop-plugins");
     cm.data = Some([("plugins.yaml".to_owned(), doc.to_owned())].into());
     apply_cm(client, cm).await;
+}
+
+/// Waits for an Event with `reason` on ConfigMap `wasmop-plugins` in `ns` whose note contains
+/// `note` (`""`: any note).
+async fn registry_event(client: &Client, ns: &str, reason: &str, note: &str) -> Event {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let what = format!("a {reason} Event on wasmop-plugins saying {note:?}");
+    eventually(&what, TIMEOUT, async || {
+        let list = events
+            .list(&ListParams::default().fields("involvedObject.name=wasmop-plugins"))
+            .await
+            .ok()?;
+        list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.message.as_deref().is_some_and(|m| m.contains(note))
+        })
+    })
+    .await
 }
 
 /// The `/plugins` entry of `name`.
@@ -169,14 +187,7 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         assert!(failed["message"].as_str().unwrap().contains("sha256 mismatch"), "{failed}");
         eventually("wasmop_plugin_ready 0", TIMEOUT, async || metric(&addr, CUSTOM_ROUTING_READY).filter(|v| v == "0")).await;
 
-        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-        let event = eventually("a PluginLoadFailed Warning Event on wasmop-plugins", TIMEOUT, async || {
-            let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
-            list.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some("PluginLoadFailed") && e.message.as_deref().is_some_and(|m| m.contains("sha256 mismatch"))
-            })
-        })
-        .await;
+        let event = registry_event(&client, &ns, "PluginLoadFailed", "sha256 mismatch").await;
         assert_eq!(event.type_.as_deref(), Some("Warning"));
         let log = operator.log();
         let warnings = log.lines().filter(|l| l.contains(" WARN ") && l.contains("sha256 mismatch"));
@@ -185,13 +196,7 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         // A new cause of the same failure is an Event of its own, not a repeat of the first.
         let missing = registry_doc(&"0".repeat(64)).replace("router.wasm", "missing.wasm");
         set_registry(&client, &ns, &missing).await;
-        eventually("a PluginLoadFailed Event naming the new cause", TIMEOUT, async || {
-            let list = events.list(&ListParams::default().fields("involvedObject.name=wasmop-plugins")).await.ok()?;
-            list.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some("PluginLoadFailed") && e.message.as_deref().is_some_and(|m| m.contains("missing.wasm"))
-            })
-        })
-        .await;
+        registry_event(&client, &ns, "PluginLoadFailed", "missing.wasm").await;
 
         let cond = eventually("PluginReady=False on the DynamicEnv", TIMEOUT, async || {
             plugin_ready(&des.get("de").await.ok()?).filter(|c| c.status == "False")
@@ -215,30 +220,18 @@ async fn a_source_created_after_the_registry_loads_without_a_registry_change() {
         let digest = sha256_hex(&router);
         set_registry(&client, &ns, &registry_doc(&digest)).await;
 
-        wasmop_tests::bind_operator_namespace(&ns);
-        let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
-        cmd.args([
-            "run",
-            "--namespace",
-            &ns,
-            "--watch-namespace",
-            &ns,
-            "--listen",
-            &addr,
-        ])
-        .env("KUBECONFIG", &kubeconfig);
-        let mut operator = Process::spawn(
-            cmd,
-            wasmop_tests::dump_dir().join(format!("{ns}-operator.log")),
-        );
+        let mut operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        let addr = operator.addr.clone();
 
         let missing = eventually(
             "custom-routing not loaded: its ConfigMap is missing",
             TIMEOUT,
             async || {
-                assert!(operator.alive(), "the operator exited:\n{}", operator.log());
+                assert!(
+                    operator.process.alive(),
+                    "the operator exited:\n{}",
+                    operator.process.log()
+                );
                 plugin_entry(&addr, "custom-routing").filter(|p| p["reason"] == "NotLoaded")
             },
         )
@@ -257,27 +250,13 @@ async fn a_source_created_after_the_registry_loads_without_a_registry_change() {
         })
         .await;
         assert_eq!(loaded["servingDigest"], digest.as_str());
-        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-        eventually(
-            "a PluginsLoaded Event on wasmop-plugins",
-            TIMEOUT,
-            async || {
-                let list = events
-                    .list(&ListParams::default().fields("involvedObject.name=wasmop-plugins"))
-                    .await
-                    .ok()?;
-                list.items.into_iter().find(|e| {
-                    e.reason.as_deref() == Some("PluginsLoaded")
-                        && e.message.as_deref() == Some("loaded custom-routing")
-                })
-            },
-        )
-        .await;
+        let loaded = registry_event(&client, &ns, "PluginsLoaded", "custom-routing").await;
+        assert_eq!(loaded.message.as_deref(), Some("loaded custom-routing"));
         eventually("wasmop_plugin_ready 1", TIMEOUT, async || {
             metric(&addr, CUSTOM_ROUTING_READY).filter(|v| v == "1")
         })
         .await;
-        let log = operator.log();
+        let log = operator.process.log();
         let warnings = log
             .lines()
             .filter(|l| l.contains(" WARN ") && l.contains("wasmop-plugin-bin not found"));
@@ -379,21 +358,7 @@ async fn a_missing_or_malformed_registry_falls_back_to_the_builtins() {
             "the error names the problem: {invalid}"
         );
         assert!(ready, "the builtins keep serving");
-        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-        eventually(
-            "a PluginsConfigInvalid Event on the ConfigMap",
-            TIMEOUT,
-            async || {
-                let list = events
-                    .list(&ListParams::default().fields("involvedObject.name=wasmop-plugins"))
-                    .await
-                    .ok()?;
-                list.items
-                    .into_iter()
-                    .find(|e| e.reason.as_deref() == Some("PluginsConfigInvalid"))
-            },
-        )
-        .await;
+        registry_event(&client, &ns, "PluginsConfigInvalid", "").await;
 
         // Fixed, the ConfigMap is in use again; deleted, the builtins stand in once more.
         cm.data = Some([("plugins.yaml".to_owned(), "plugins: []".to_owned())].into());
