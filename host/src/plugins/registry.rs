@@ -8,6 +8,8 @@
 //!   on tokio's blocking pool. An entry that fails keeps its last good version serving and its
 //!   error is reported by [`Registry::status`] (for CR conditions) and in the reload report
 //!   (for the ConfigMap's Event).
+//! - An entry that failed at its source ([`LoadError::at_source`]) is loaded again by
+//!   [`Registry::retry`], which the ConfigMap watch calls with a backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
