@@ -4,10 +4,10 @@
 //!    applied ones ([`plan::gateway_change`]), roll out the gateway Deployment (NotFound counts
 //!    as done, as upstream). A sidecar failure never blocks it (upstream #655).
 //! 2. **Sidecars**: the pods of the selected namespaces, page by page from the API server
-//!    ([`pods::PodPager`]). Each eligible pod that is not excluded, not restarted for the
+//!    ([`super::pods::PodPager`]). Each eligible pod that is not excluded, not restarted for the
 //!    desired state already and not left to an older overlapping policy goes to the plugin
 //!    with its page; each pod the plugin restarts is restarted through its owner
-//!    ([`owners`]): one rollout per workload, a deletion per pod of a bare ReplicaSet or
+//!    ([`super::owners`]): one rollout per workload, a deletion per pod of a bare ReplicaSet or
 //!    ReplicationController, a warning (and an Event) per bare pod or Job pod. At most
 //!    `limits.restartsPerReconcile` restarts, none outside the maintenance window; the rest
 //!    waits for the next reconcile.

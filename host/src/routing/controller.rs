@@ -1,5 +1,5 @@
 //! The DynamicEnv controller: kube-runtime's `Controller` with the finalizer as its top-level
-//! step, the plan of [`super::plan`] on a snapshot of the caches, and a thin apply step.
+//! step, the plan of [`super::plan()`] on a snapshot of the caches, and a thin apply step.
 //!
 //! One reconcile of a DynamicEnv:
 //! 1. the snapshot: the caches of Deployments, Services and DestinationRules of its

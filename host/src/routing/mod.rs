@@ -8,7 +8,7 @@
 //! ```
 //!
 //! - [`snapshot`]: what a plan reads; `wasmop plan -f DIR` reads it from YAML files.
-//! - [`plan`]: `plan(snapshot, router) -> Plan`, pure apart from the router calls; the
+//! - [`plan`](mod@plan): `plan(snapshot, router) -> Plan`, pure apart from the router calls; the
 //!   controller and `wasmop plan` run the same function.
 //! - [`ir`]: the dumpable intermediate representation.
 //! - [`names`], [`clone`], [`istio`]: generated names, the clone Deployments, Istio's types.

@@ -188,7 +188,7 @@ impl Resolver {
     ///
     /// The future owns the resolver handle, so that it is the only one to own the request:
     /// while a request is held, its future is its whole state, and only the waiting part of
-    /// [`Resolver::hold`] adds to it. Forwarding is boxed, so a held request does not carry
+    /// `Resolver::hold` adds to it. Forwarding is boxed, so a held request does not carry
     /// its state until it is released.
     pub async fn handle(self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let arrived = Instant::now();
