@@ -191,9 +191,18 @@ async fn a_component_of_another_world_is_refused_at_load() {
     let dr = builtin::find("dr-lease").unwrap();
     let spec = PluginSpec::new("dr-as-router", Hook::Routing, "builtin://dr-lease");
     let e = rt.load(&spec, dr.wasm).await.unwrap_err();
+    assert_eq!(
+        e.message,
+        "does not export the router world of wasmop:plugin@0.1.0: it exports state-checker, \
+         the world of a dr plugin"
+    );
+    // An empty component: none of the worlds, so it could be of another version.
+    let empty = rt.load(&spec, b"\0asm\x0d\x00\x01\x00").await.unwrap_err();
     assert!(
-        e.message.contains("does not export the router world"),
-        "{e}"
+        empty.message.starts_with(
+            "does not export the router world of wasmop:plugin@0.1.0 (wrong world or version?)"
+        ),
+        "{empty}"
     );
     let garbage = rt.load(&spec, b"\0asm not really").await.unwrap_err();
     assert!(

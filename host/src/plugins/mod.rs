@@ -665,22 +665,31 @@ impl WorldPre {
                 "imports do not match what the host provides (wasmop:plugin/log and WASI p2): {e:#}"
             )
         })?;
-        let wrong_world = |e: wasmtime::Error| {
-            format!(
-                "does not export the {world} world of wasmop:plugin@0.1.0 (wrong world or version?): {e:#}"
-            )
-        };
+        Self::typed(pre.clone(), hook).map_err(|e| {
+            // Name the world it does export, if it is another of ours.
+            match Hook::ALL
+                .into_iter()
+                .find(|&h| h != hook && Self::typed(pre.clone(), h).is_ok())
+            {
+                Some(found) => format!(
+                    "does not export the {world} world of wasmop:plugin@0.1.0: it exports {}, \
+                     the world of a {found} plugin",
+                    found.world()
+                ),
+                None => format!(
+                    "does not export the {world} world of wasmop:plugin@0.1.0 (wrong world or version?): {e:#}"
+                ),
+            }
+        })
+    }
+
+    /// `pre` typed for `hook`'s world; fails when the component does not export it.
+    fn typed(pre: wasmtime::component::InstancePre<Sandbox>, hook: Hook) -> wasmtime::Result<Self> {
         Ok(match hook {
-            Hook::Routing => {
-                Self::Router(bindings::router::RouterPre::new(pre).map_err(wrong_world)?)
-            }
-            Hook::Scaling => {
-                Self::Scaler(bindings::scaler::ScalerPre::new(pre).map_err(wrong_world)?)
-            }
-            Hook::Restart => Self::Restart(
-                bindings::restart::RestartPredicatePre::new(pre).map_err(wrong_world)?,
-            ),
-            Hook::Dr => Self::Dr(bindings::dr::StateCheckerPre::new(pre).map_err(wrong_world)?),
+            Hook::Routing => Self::Router(bindings::router::RouterPre::new(pre)?),
+            Hook::Scaling => Self::Scaler(bindings::scaler::ScalerPre::new(pre)?),
+            Hook::Restart => Self::Restart(bindings::restart::RestartPredicatePre::new(pre)?),
+            Hook::Dr => Self::Dr(bindings::dr::StateCheckerPre::new(pre)?),
         })
     }
 
