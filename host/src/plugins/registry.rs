@@ -191,8 +191,19 @@ pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
 /// Time allowed for downloading one component.
 pub const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The system's trusted roots, read once per process (as rustls-native-certs advises): a
+/// retried download does not read them again.
+static SYSTEM_ROOTS: std::sync::LazyLock<rustls::RootCertStore> = std::sync::LazyLock::new(|| {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+});
+
 /// Downloads `url` over TLS, verifying the server against the system's roots (`SSL_CERT_FILE`
-/// and `SSL_CERT_DIR` are honoured) plus `extra_ca_pem`. Redirects are not followed.
+/// and `SSL_CERT_DIR` are honoured, as read at the first download) plus `extra_ca_pem`.
+/// Redirects are not followed.
 ///
 /// # Errors
 /// A message naming the URL: TLS or connection failure, a status other than 200, a body over
@@ -202,12 +213,7 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("{url}: not a valid URL: {e}"))?;
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        let _ = roots.add(cert);
-    }
-    let tls = super::http_pool::tls_config(roots, extra_ca_pem)?;
+    let tls = super::http_pool::tls_config(SYSTEM_ROOTS.clone(), extra_ca_pem)?;
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
