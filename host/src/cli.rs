@@ -360,8 +360,25 @@ async fn plugin_run(
                 .map_err(run_error)?,
         )?,
     };
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&expand_json_fields(out))?
+    );
     Ok(())
+}
+
+/// An answer's fields that cross as JSON text (a router's `http`, the routes) written out as
+/// the JSON they hold, so that `plugin run` prints them readably; the host has checked that
+/// they parse.
+fn expand_json_fields(mut answer: serde_json::Value) -> serde_json::Value {
+    if let Some(http) = answer.get_mut("http")
+        && let Some(parsed) = http
+            .as_str()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+    {
+        *http = parsed;
+    }
+    answer
 }
 
 /// The request fields of `hook` that cross as JSON text (the WIT's `string` fields holding a
