@@ -809,6 +809,22 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     .await
     .unwrap();
     ticker.abort();
+
+    // A memory limit over what a pooled instance can have is refused at load, not left to
+    // fail as a trap inside the guest; without the pool it loads.
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
+    let mut spec = PluginSpec::new("big", Hook::Routing, "file:///hostile.wasm");
+    spec.limits.memory_mib = 2048;
+    let e = rt.load(&spec, &bytes).await.unwrap_err();
+    assert_eq!(
+        e.message,
+        "limits.memoryMiB 2048 is over the 1024 MiB an instance of the pooling allocator can \
+         have: give at most 1024, or run the operator with --pooling=false"
+    );
+    runtime()
+        .load(&spec, &bytes)
+        .await
+        .expect("on demand, 2 GiB is allowed");
 }
 
 /// On a current-thread runtime (the CLI's `plugin run` and `check`, embedders) a call cannot

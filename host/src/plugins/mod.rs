@@ -301,6 +301,9 @@ pub struct PluginRuntime {
     /// [`RuntimeOptions::extra_ca_pem`].
     extra_ca_pem: Option<Vec<u8>>,
     epoch: epoch::EpochTicker,
+    /// Whether the engine allocates instances from the pool (linear memory capped at
+    /// [`POOLING_MAX_MEMORY`]).
+    pooled: bool,
     /// One pre-instance per (digest, hook), shared by every entry using that component.
     pres: std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
 }
@@ -437,22 +440,25 @@ impl PluginRuntime {
         if std::env::var_os(PERFMAP_ENV).is_some_and(|v| v == "1") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
-        let engine = if opts.pooling {
+        let (engine, pooled) = if opts.pooling {
             let mut pooled = config.clone();
             pooled.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
                 pooling_config(opts.max_concurrent_calls),
             ));
-            Engine::new(&pooled).or_else(|e| {
-                tracing::warn!(
-                    "the pooling allocator could not reserve its ~{} GiB of virtual memory ({e:#}); \
-                     plugin instances are allocated on demand instead (slower calls). Raise the \
-                     virtual memory limit, or set --pooling=false to skip the attempt",
-                    pooling_reservation(opts.max_concurrent_calls)
-                );
-                Engine::new(&config)
-            })?
+            match Engine::new(&pooled) {
+                Ok(engine) => (engine, true),
+                Err(e) => {
+                    tracing::warn!(
+                        "the pooling allocator could not reserve its ~{} GiB of virtual memory ({e:#}); \
+                         plugin instances are allocated on demand instead (slower calls). Raise the \
+                         virtual memory limit, or set --pooling=false to skip the attempt",
+                        pooling_reservation(opts.max_concurrent_calls)
+                    );
+                    (Engine::new(&config)?, false)
+                }
+            }
         } else {
-            Engine::new(&config)?
+            (Engine::new(&config)?, false)
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -471,6 +477,7 @@ impl PluginRuntime {
             http_pool,
             extra_ca_pem: opts.extra_ca_pem,
             epoch,
+            pooled,
             pres: Default::default(),
         }))
     }
@@ -524,8 +531,9 @@ impl PluginRuntime {
     /// run on tokio's blocking pool; the two calls as any call does.
     ///
     /// # Errors
-    /// A [`LoadError`] naming the plugin: sha256 mismatch, not a component, wrong world or
-    /// version, failed `info` or rejected settings.
+    /// A [`LoadError`] naming the plugin: a memory limit over what a pooled instance can
+    /// have, sha256 mismatch, not a component, wrong world or version, failed `info` or
+    /// rejected settings.
     pub async fn load(
         self: &Arc<Self>,
         spec: &PluginSpec,
@@ -536,6 +544,14 @@ impl PluginRuntime {
             message,
             at_source: false,
         };
+        let most = POOLING_MAX_MEMORY >> 20;
+        if self.pooled && spec.limits.memory_bytes() > POOLING_MAX_MEMORY {
+            return Err(err(format!(
+                "limits.memoryMiB {} is over the {most} MiB an instance of the pooling allocator \
+                 can have: give at most {most}, or run the operator with --pooling=false",
+                spec.limits.memory_mib
+            )));
+        }
         let started = Instant::now();
         let (this, hook, want, bytes) =
             (self.clone(), spec.hook, spec.sha256.clone(), bytes.to_vec());
