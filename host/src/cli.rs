@@ -130,6 +130,10 @@ impl EntryOptions {
             }
             None => None,
         };
+        for host in &self.allow_hosts {
+            crate::plugins::sandbox::check_allowed_host(host)
+                .map_err(|e| anyhow::anyhow!("--allow-host {e}"))?;
+        }
         Ok(Grants {
             allowed_hosts: self.allow_hosts.clone(),
             read_only_dir,

@@ -328,6 +328,16 @@ fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
     );
     assert_eq!(prometheus.served(), 0);
 
+    // A URL is not a host entry: said at once, before any request.
+    let url = format!("http://{addr}");
+    let as_url = run("scaling", plugin, &request, &["--allow-host", &url]);
+    assert!(!as_url.status.success(), "{}", text(&as_url));
+    assert_says(
+        &as_url,
+        &format!("--allow-host \"{url}\" is a URL; write host or host:port"),
+    );
+    assert_eq!(prometheus.served(), 0);
+
     let granted = run("scaling", plugin, &request, &["--allow-host", addr]);
     assert!(granted.status.success(), "{}", text(&granted));
     let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();

@@ -62,6 +62,49 @@ fn chart_lints_and_renders_to_the_committed_manifests() {
     );
 }
 
+/// The chart's schema takes `host` or `host:port` in `grants.allowedHosts` and refuses a URL,
+/// as the operator does (whose ConfigMap check would otherwise fall back to the builtins).
+#[test]
+fn the_chart_refuses_a_url_as_an_allowed_host() {
+    let chart = wasmop_tests::repo_root().join("deploy/helm");
+    let lint = |host: &str| {
+        let values = std::env::temp_dir().join(format!(
+            "wasmop-lint-{}-{}.yaml",
+            std::process::id(),
+            host.len()
+        ));
+        std::fs::write(
+            &values,
+            format!(
+                "registry:\n  plugins:\n    - {{name: p, hook: scaling, source: builtin://scaling-prometheus, \
+                 grants: {{allowedHosts: [\"{host}\"]}}}}\n"
+            ),
+        )
+        .unwrap();
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(r#". "$0/helm-version.sh" && "$HELM" lint --strict --quiet "$0/wasmop" -f "$1""#)
+            .arg(&chart)
+            .arg(&values)
+            .output()
+            .expect("run helm lint")
+    };
+    let ok = lint("prometheus.monitoring:9090");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    let url = lint("http://prometheus.monitoring:9090");
+    assert!(!url.status.success());
+    let said = String::from_utf8_lossy(&url.stdout);
+    assert!(
+        said.contains("/registry/plugins/0/grants/allowedHosts/0")
+            && said.contains("does not match pattern"),
+        "{said}"
+    );
+}
+
 /// `operator.extraCA` mounts the ConfigMap key read-only and passes the file it becomes as
 /// `--extra-ca-file`.
 #[test]

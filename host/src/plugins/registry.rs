@@ -79,6 +79,10 @@ impl RegistryConfig {
             {
                 return Err(format!("{at}: limits must be positive"));
             }
+            for (j, host) in p.grants.allowed_hosts.iter().enumerate() {
+                super::sandbox::check_allowed_host(host)
+                    .map_err(|e| format!("{at}: grants.allowedHosts[{j}]: {e}"))?;
+            }
         }
         for b in builtin::BUILTINS {
             seen.entry(b.name.to_owned()).or_insert(b.hook);
@@ -671,5 +675,33 @@ defaults: { routing: istio-routing, scaling: custom }
             err("plugins: [{name: a, hook: routing, source: 'configmap://x'}]")
                 .contains("configmap://NAME/KEY")
         );
+        let grant = |host: &str| {
+            err(&format!(
+                "plugins: [{{name: a, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: [ok.example, '{host}']}}}}]"
+            ))
+        };
+        assert_eq!(
+            grant("http://prometheus:9090"),
+            "plugins.yaml: plugins[0] (a): grants.allowedHosts[1]: \"http://prometheus:9090\" \
+             is a URL; write host or host:port, e.g. prometheus.monitoring:9090"
+        );
+        assert!(grant("*.svc").contains("wildcards are not supported"));
+        assert!(grant("prometheus:99999").contains("the port must be a number up to 65535"));
+        assert!(grant("user@prometheus").contains("is not a host"));
+        assert!(grant("").contains("is not a host"));
+        for fine in [
+            "prometheus",
+            "prometheus.monitoring:9090",
+            "127.0.0.1:80",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            let doc = format!(
+                "plugins: [{{name: a, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: ['{fine}']}}}}]"
+            );
+            assert!(RegistryConfig::parse(&doc).is_ok(), "{fine}");
+        }
     }
 }

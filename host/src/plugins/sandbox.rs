@@ -303,6 +303,39 @@ struct HttpAllowlist {
     pool: Option<HttpPool>,
 }
 
+/// Checks one `grants.allowedHosts` entry: `host` or `host:port` (an IPv6 address in
+/// brackets), as [`host_allowed`] matches it.
+///
+/// # Errors
+/// A message saying what to write instead: for a URL (scheme or path), user info, a wildcard
+/// (not supported: each host is listed), or a port that is not a number up to 65535.
+pub fn check_allowed_host(entry: &str) -> Result<(), String> {
+    let hint = "write host or host:port, e.g. prometheus.monitoring:9090";
+    if entry.contains("://") || entry.contains('/') {
+        return Err(format!("{entry:?} is a URL; {hint}"));
+    }
+    if entry.contains('*') {
+        return Err(format!(
+            "{entry:?}: wildcards are not supported, list each host; {hint}"
+        ));
+    }
+    let authority: http::uri::Authority = entry
+        .parse()
+        .map_err(|e| format!("{entry:?} is not a host: {e}; {hint}"))?;
+    if entry.contains('@') || authority.host().is_empty() {
+        return Err(format!("{entry:?} is not a host; {hint}"));
+    }
+    let has_port = entry
+        .rsplit_once(':')
+        .is_some_and(|(h, _)| !h.starts_with('[') || h.ends_with(']'));
+    if has_port && authority.port_u16().is_none() {
+        return Err(format!(
+            "{entry:?}: the port must be a number up to 65535; {hint}"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `authority` (as in a URI, `host[:port]`) is covered by `allowed`, whose entries are
 /// `host:port` or `host` (any port). Hosts compare case-insensitively.
 pub fn host_allowed(allowed: &[String], authority: &str, default_port: u16) -> bool {
