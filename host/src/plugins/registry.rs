@@ -83,6 +83,14 @@ impl RegistryConfig {
                 super::sandbox::check_allowed_host(host)
                     .map_err(|e| format!("{at}: grants.allowedHosts[{j}]: {e}"))?;
             }
+            if let Some(dir) = p.grants.read_only_dir.as_deref()
+                && !dir.is_empty()
+                && !dir.starts_with('/')
+            {
+                return Err(format!(
+                    "{at}: grants.readOnlyDir {dir:?} must be an absolute path in the operator's container"
+                ));
+            }
         }
         for b in builtin::BUILTINS {
             seen.entry(b.name.to_owned()).or_insert(b.hook);
@@ -690,6 +698,10 @@ defaults: { routing: istio-routing, scaling: custom }
         assert!(grant("prometheus:99999").contains("the port must be a number up to 65535"));
         assert!(grant("user@prometheus").contains("is not a host"));
         assert!(grant("").contains("is not a host"));
+        assert!(
+            err("plugins: [{name: a, hook: routing, source: 'builtin://routing-istio', grants: {readOnlyDir: data}}]")
+                .contains("grants.readOnlyDir \"data\" must be an absolute path")
+        );
         for fine in [
             "prometheus",
             "prometheus.monitoring:9090",
