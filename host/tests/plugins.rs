@@ -819,7 +819,8 @@ async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
     assert_eq!(
         e.message,
         "limits.memoryMiB 2048 is over the 1024 MiB an instance of the pooling allocator can \
-         have: give at most 1024, or run the operator with --pooling=false"
+         have: give at most 1024, or turn pooling off (`wasmop run --pooling=false`, Helm value \
+         `operator.pooling: false`)"
     );
     runtime()
         .load(&spec, &bytes)

@@ -548,7 +548,8 @@ impl PluginRuntime {
         if self.pooled && spec.limits.memory_bytes() > POOLING_MAX_MEMORY {
             return Err(err(format!(
                 "limits.memoryMiB {} is over the {most} MiB an instance of the pooling allocator \
-                 can have: give at most {most}, or run the operator with --pooling=false",
+                 can have: give at most {most}, or turn pooling off (`wasmop run \
+                 --pooling=false`, Helm value `operator.pooling: false`)",
                 spec.limits.memory_mib
             )));
         }
