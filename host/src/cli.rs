@@ -1,4 +1,5 @@
-//! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan` and `plugin check|run`.
+//! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan` and
+//! `plugin check|check-registry|run`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,7 +8,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::plugins::registry::{Fetch, LocalFetch, Source};
+use crate::plugins::registry::{
+    CONFIGMAP_KEY, CONFIGMAP_NAME, Fetch, LocalFetch, Registry, RegistryConfig, Source,
+};
 use crate::plugins::{
     CallError, Failure, Grants, Hook, Limits, Plugin, PluginRuntime, PluginSpec, RuntimeOptions,
 };
@@ -57,6 +60,17 @@ pub enum PluginCommand {
         /// Settings JSON passed to `validate-settings`.
         #[arg(long, default_value = "{}")]
         settings: String,
+    },
+    /// Check a registry offline: parse its `plugins.yaml` as the operator does and load each
+    /// entry with its settings, limits and grants.
+    CheckRegistry {
+        /// A `plugins.yaml` document, or YAML holding ConfigMap `wasmop-plugins` and the
+        /// ConfigMaps its `configmap://` sources name (e.g. what you `kubectl apply`).
+        file: PathBuf,
+        /// PEM CA certificates trusted for `https://` sources besides the system's roots, as
+        /// `wasmop run --extra-ca-file`.
+        #[arg(long, value_name = "FILE")]
+        extra_ca_file: Option<PathBuf>,
     },
     /// Make one call under production limits and print the result as JSON.
     Run {
@@ -210,6 +224,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             hook,
             settings,
         }) => plugin_check(&plugin, hook, &settings).await,
+        Command::Plugin(PluginCommand::CheckRegistry {
+            file,
+            extra_ca_file,
+        }) => plugin_check_registry(&file, extra_ca_file.as_deref()).await,
         Command::Plugin(PluginCommand::Run {
             hook,
             plugin,
@@ -263,6 +281,135 @@ async fn plugin_check(
     };
     println!("FAIL: {plugin} is not a usable wasmop plugin:{why}");
     Ok(ExitCode::FAILURE)
+}
+
+/// `plugin check-registry`: one line per entry of `file` (`ok`, `FAIL`, or `skip` for a
+/// `configmap://` source whose ConfigMap is not in the file), then the plugin each hook uses
+/// by default; exit 1 when the document is invalid or an entry fails.
+async fn plugin_check_registry(
+    file: &Path,
+    extra_ca_file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    let shown = file.display();
+    let (doc, binaries) = read_registry_file(file)?;
+    let config = match RegistryConfig::parse(&doc) {
+        Ok(config) => config,
+        Err(e) => {
+            println!("FAIL: {shown}: {e}; the operator would serve the builtin defaults instead");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let extra_ca_pem = crate::plugins::read_extra_ca_file(extra_ca_file)?;
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        extra_ca_pem: extra_ca_pem.clone(),
+        ..RuntimeOptions::default()
+    })?;
+    let registry = Registry::new(runtime);
+    let fetch = ManifestFetch {
+        binaries,
+        local: LocalFetch { extra_ca_pem },
+    };
+    let report = registry.apply(config.clone(), &fetch).await;
+    let mut failed = false;
+    for spec in &config.plugins {
+        let (name, hook) = (&spec.name, spec.hook);
+        if let Ok(Source::ConfigMap { name: cm, key }) = Source::parse(&spec.source)
+            && !fetch.binaries.contains_key(&(cm.clone(), key.clone()))
+        {
+            println!(
+                "skip: {name} ({hook}): {} is read in the cluster; put ConfigMap {cm} (binaryData key {key}) in {shown} to check it here",
+                spec.source
+            );
+        } else if let Some((_, e)) = report.failed.iter().find(|(n, _)| n == name) {
+            println!("FAIL: {name} ({hook}): {e}");
+            failed = true;
+        } else {
+            let status = registry.status(hook, Some(name));
+            println!("ok: {name} ({hook}): {}; settings accepted", status.message);
+        }
+    }
+    let defaults: Vec<String> = Hook::ALL
+        .iter()
+        .map(|&h| format!("{h} → {}", registry.status(h, None).name))
+        .collect();
+    println!("defaults: {}", defaults.join(", "));
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The `plugins.yaml` of `file` and the `binaryData` of the ConfigMaps in it, keyed by
+/// (ConfigMap name, key). A file without a ConfigMap is `plugins.yaml` itself.
+///
+/// # Errors
+/// The file cannot be read, a ConfigMap in it does not parse, or none is `wasmop-plugins`
+/// while some are.
+fn read_registry_file(file: &Path) -> anyhow::Result<(String, Binaries)> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde::Deserialize;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let mut doc = None;
+    let mut binaries = std::collections::BTreeMap::new();
+    let mut configmaps = 0;
+    for part in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(part)
+            .with_context(|| format!("{} is not YAML", file.display()))?;
+        if value.get("kind").and_then(serde_yaml::Value::as_str) != Some("ConfigMap") {
+            continue;
+        }
+        configmaps += 1;
+        let cm: ConfigMap = serde_yaml::from_value(value)
+            .with_context(|| format!("a ConfigMap in {} does not parse", file.display()))?;
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        if name == CONFIGMAP_NAME {
+            doc = cm.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned();
+            if doc.is_none() {
+                anyhow::bail!(
+                    "ConfigMap {CONFIGMAP_NAME} in {} has no data key {CONFIGMAP_KEY}",
+                    file.display()
+                );
+            }
+        }
+        for (key, bytes) in cm.binary_data.unwrap_or_default() {
+            binaries.insert((name.clone(), key), bytes.0);
+        }
+    }
+    match doc {
+        Some(doc) => Ok((doc, binaries)),
+        None if configmaps == 0 => Ok((text, binaries)),
+        None => anyhow::bail!(
+            "{} holds ConfigMaps but not {CONFIGMAP_NAME}, whose data key {CONFIGMAP_KEY} is the registry",
+            file.display()
+        ),
+    }
+}
+
+/// The `binaryData` of ConfigMaps, by (ConfigMap name, key).
+type Binaries = std::collections::BTreeMap<(String, String), Vec<u8>>;
+
+/// Reads `configmap://` sources from the ConfigMaps of a file, everything else locally.
+struct ManifestFetch {
+    binaries: Binaries,
+    local: LocalFetch,
+}
+
+#[async_trait::async_trait]
+impl Fetch for ManifestFetch {
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        match source {
+            Source::ConfigMap { name, key } => self
+                .binaries
+                .get(&(name.clone(), key.clone()))
+                .cloned()
+                .ok_or_else(|| {
+                    format!("ConfigMap {name} with binaryData key {key} is not in the file")
+                }),
+            other => self.local.fetch(other).await,
+        }
+    }
 }
 
 /// The bytes of `plugin` (`builtin://NAME` or a component file) and the name it goes by (the

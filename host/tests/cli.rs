@@ -368,3 +368,95 @@ fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
     assert!(trusted.status.success(), "{}", text(&trusted));
     assert_eq!(tls.served(), 2);
 }
+
+/// `plugin check-registry` reads a registry as the operator does: one verdict per entry, the
+/// ConfigMaps of the file as `configmap://` sources, and an invalid document refused.
+#[test]
+fn check_registry_gives_a_verdict_per_entry() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-registry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dr = std::fs::read(component("dr_lease.wasm")).unwrap();
+    let router = component("routing_istio.wasm");
+    let router_sha = wasmop::plugins::sha256_hex(&std::fs::read(&router).unwrap());
+    let dr_sha = wasmop::plugins::sha256_hex(&dr);
+    let entries = format!(
+        "plugins:\n\
+         - {{name: picky, hook: routing, source: 'builtin://routing-istio', settings: {{colour: red}}}}\n\
+         - {{name: shipped, hook: dr, source: 'configmap://bins/dr.wasm', sha256: {dr_sha}}}\n\
+         - {{name: elsewhere, hook: dr, source: 'configmap://other/x.wasm', sha256: {dr_sha}}}\n\
+         - {{name: local, hook: routing, source: 'file://{router}', sha256: {router_sha}}}\n\
+         defaults: {{dr: shipped}}\n"
+    );
+    let mut registry = ConfigMap::default();
+    registry.metadata.name = Some("wasmop-plugins".into());
+    registry.data = Some([("plugins.yaml".to_owned(), entries)].into());
+    let mut bins = ConfigMap::default();
+    bins.metadata.name = Some("bins".into());
+    bins.binary_data = Some([("dr.wasm".to_owned(), ByteString(dr))].into());
+    let manifest = dir.join("registry.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "{}---\n{}",
+            serde_yaml::to_string(&registry).unwrap(),
+            serde_yaml::to_string(&bins).unwrap()
+        ),
+    )
+    .unwrap();
+    let out = wasmop(&["plugin", "check-registry", manifest.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert!(
+        lines[0].starts_with("FAIL: picky (routing): settings rejected: ")
+            && lines[0].contains("colour"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("ok: shipped (dr): dr-lease 0.1.0 (sha256:"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[2],
+        format!(
+            "skip: elsewhere (dr): configmap://other/x.wasm is read in the cluster; put \
+             ConfigMap other (binaryData key x.wasm) in {} to check it here",
+            manifest.display()
+        )
+    );
+    assert!(
+        lines[3].starts_with("ok: local (routing): routing-istio 0.1.0"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[4],
+        "defaults: routing → routing-istio, scaling → scaling-prometheus, restart → \
+         restart-sidecar, dr → shipped"
+    );
+
+    // A plain plugins.yaml whose entries all load passes.
+    let plain = dir.join("plugins.yaml");
+    std::fs::write(
+        &plain,
+        format!(
+            "plugins: [{{name: local, hook: routing, source: 'file://{router}', sha256: {router_sha}}}]\n"
+        ),
+    )
+    .unwrap();
+    let ok = wasmop(&["plugin", "check-registry", plain.to_str().unwrap()]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert_says(&ok, "ok: local (routing)");
+
+    // An invalid document is refused as the operator would refuse it.
+    std::fs::write(&plain, "plugins: [{name: x, hook: nope}]\n").unwrap();
+    let bad = wasmop(&["plugin", "check-registry", plain.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert_says(
+        &bad,
+        "the operator would serve the builtin defaults instead",
+    );
+    assert_says(&bad, "hook");
+}
