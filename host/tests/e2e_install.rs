@@ -62,6 +62,42 @@ fn chart_lints_and_renders_to_the_committed_manifests() {
     );
 }
 
+/// The rendered manifests parse strictly (no key twice in a mapping, which kustomize and
+/// strict YAML readers refuse), and the registry the chart ships checks clean entry by entry.
+#[test]
+fn the_rendered_registry_checks_clean() {
+    let manifests = wasmop_tests::repo_root().join("deploy/manifests/wasmop.yaml");
+    let text = std::fs::read_to_string(&manifests).unwrap();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        if let Err(e) = <Value as serde::Deserialize>::deserialize(doc) {
+            panic!("{}: {e}", manifests.display());
+        }
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"))
+        .args(["plugin", "check-registry"])
+        .arg(&manifests)
+        .env(
+            "WASMOP_CACHE_DIR",
+            wasmop_tests::dump_dir().join("component-cache"),
+        )
+        .output()
+        .expect("run wasmop plugin check-registry");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for entry in [
+        "routing-istio",
+        "scaling-prometheus",
+        "restart-sidecar",
+        "dr-lease",
+    ] {
+        assert!(stdout.contains(&format!("ok: {entry} (")), "{stdout}");
+    }
+}
+
 /// The chart's schema takes `host` or `host:port` in `grants.allowedHosts` and refuses a URL,
 /// as the operator does (whose ConfigMap check would otherwise fall back to the builtins).
 #[test]

@@ -11,12 +11,17 @@
 {{- printf "%s-resolver" (include "wasmop.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- define "wasmop.labels" -}}
+{{/* Labels of every object; with selector labels (which carry the instance), commonLabels. */}}
+{{- define "wasmop.commonLabels" -}}
 app.kubernetes.io/part-of: wasmop
-app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "wasmop.labels" -}}
+{{ include "wasmop.commonLabels" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/* Operator pods. */}}
