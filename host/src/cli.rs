@@ -19,9 +19,10 @@ use crate::plugins::{
 #[derive(Debug, Parser)]
 #[command(name = "wasmop", version)]
 pub struct Cli {
-    /// Log filter, as RUST_LOG (e.g. `info,wasmop=debug`).
-    #[arg(long, env = "WASMOP_LOG", default_value = "info", global = true)]
-    pub log: String,
+    /// Log filter, as RUST_LOG (e.g. `info,wasmop=debug`) [default: info; warn for `plugin`
+    /// commands, whose answer is their output].
+    #[arg(long, env = "WASMOP_LOG", global = true)]
+    pub log: Option<String>,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
@@ -177,9 +178,14 @@ pub fn main() -> ExitCode {
              going on with the defaults (freed memory returns to the OS more slowly)"
         );
     }
+    let default_log = match cli.command {
+        Command::Plugin(_) => "warn",
+        _ => "info",
+    };
+    let log = cli.log.as_deref().unwrap_or(default_log);
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_new(log).unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
