@@ -141,6 +141,68 @@ fn the_chart_refuses_a_url_as_an_allowed_host() {
     );
 }
 
+/// `metrics.prometheusRule.enabled` renders a PrometheusRule whose alerts read the registry
+/// gauges the operator exports, with `{{ $labels }}` left for Prometheus.
+#[test]
+fn the_chart_renders_alerts_on_the_registry_gauges() {
+    let chart = wasmop_tests::repo_root().join("deploy/helm");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(r#". "$0/helm-version.sh" && "$HELM" template wasmop "$0/wasmop" --namespace wasmop-system -f "$0/lint-values/prometheus-rule.yaml""#)
+        .arg(&chart)
+        .output()
+        .expect("run helm template");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = documents(&String::from_utf8(out.stdout).unwrap());
+    let rules = of_kind(&docs, "PrometheusRule");
+    assert_eq!(rules.len(), 1, "one PrometheusRule");
+    assert_eq!(rules[0]["metadata"]["labels"]["release"], "prometheus");
+    let alerts = rules[0]["spec"]["groups"][0]["rules"].as_array().unwrap();
+    // One reload's worth of gauges, as the operator sets them.
+    wasmop::metrics::plugin_registry(
+        &[wasmop::plugins::registry::PluginStatus {
+            name: "x".into(),
+            hook: Some(wasmop::plugins::Hook::Routing),
+            ready: true,
+            reason: "Loaded".into(),
+            message: String::new(),
+            serving_digest: None,
+        }],
+        None,
+    );
+    let exported = wasmop::metrics::encode();
+    for (alert, metric) in [
+        ("WasmopPluginNotReady", "wasmop_plugin_ready"),
+        (
+            "WasmopPluginsConfigNotInUse",
+            "wasmop_plugins_config_last_reload_successful",
+        ),
+    ] {
+        let rule = alerts
+            .iter()
+            .find(|r| r["alert"] == alert)
+            .unwrap_or_else(|| panic!("no alert {alert}"));
+        assert_eq!(rule["expr"], format!("{metric} == 0"));
+        assert_eq!(rule["for"], "10m");
+        assert!(
+            exported.contains(&format!("# TYPE {metric} gauge")),
+            "the operator exports {metric}:\n{exported}"
+        );
+    }
+    let summary = alerts[0]["annotations"]["summary"].as_str().unwrap();
+    assert!(summary.contains("{{ $labels.plugin }}"), "{summary}");
+
+    // Off by default: the committed manifests have none.
+    let text =
+        std::fs::read_to_string(wasmop_tests::repo_root().join("deploy/manifests/wasmop.yaml"))
+            .unwrap();
+    assert!(of_kind(&documents(&text), "PrometheusRule").is_empty());
+}
+
 /// `operator.extraCA` mounts the ConfigMap key read-only and passes the file it becomes as
 /// `--extra-ca-file`.
 #[test]
