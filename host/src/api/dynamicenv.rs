@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.state"}"#,
     printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".status.totalCount"}"#,
     printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.totalReady"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

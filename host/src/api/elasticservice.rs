@@ -26,6 +26,7 @@ pub const DEMAND_ANNOTATION: &str = "wasmop.dev/demand";
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Last Scaled Up","type":"date","jsonPath":".status.lastScaledUpTime"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -214,7 +215,8 @@ fn default_value_type() -> String {
 #[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeAnswer {
     /// HTTP status code.
-    #[schemars(range(min = 100, max = 599))]
+    // Kubernetes knows int32, not schemars' uint16 (which it warns about on every apply).
+    #[schemars(range(min = 100, max = 599), extend("format" = "int32"))]
     pub status: u16,
     /// Body (none for HEAD requests).
     #[serde(default)]

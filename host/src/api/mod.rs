@@ -35,6 +35,85 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    /// `kubectl get -o wide` shows each resource's `PluginReady` reason (Loaded, LoadFailed, …).
+    #[test]
+    fn every_kind_shows_its_plugin_readiness_in_wide_output() {
+        for (file, crd) in super::crds() {
+            let columns = crd.spec.versions[0]
+                .additional_printer_columns
+                .clone()
+                .unwrap_or_default();
+            let plugin = columns
+                .iter()
+                .find(|c| c.name == "Plugin")
+                .unwrap_or_else(|| panic!("{file}: no Plugin column"));
+            assert_eq!(
+                plugin.json_path,
+                ".status.conditions[?(@.type==\"PluginReady\")].reason"
+            );
+            assert_eq!(plugin.priority, Some(1), "{file}: in -o wide only");
+        }
+    }
+
+    /// Every `format` in the schemas is one the API server knows (it warns on each apply of a
+    /// resource whose CRD has another, e.g. schemars' `uint16`).
+    #[test]
+    fn schemas_use_only_formats_kubernetes_knows() {
+        const KNOWN: &[&str] = &[
+            "bsonobjectid",
+            "uri",
+            "email",
+            "hostname",
+            "ipv4",
+            "ipv6",
+            "cidr",
+            "mac",
+            "uuid",
+            "uuid3",
+            "uuid4",
+            "uuid5",
+            "isbn",
+            "isbn10",
+            "isbn13",
+            "creditcard",
+            "ssn",
+            "hexcolor",
+            "rgbcolor",
+            "byte",
+            "password",
+            "date",
+            "duration",
+            "datetime",
+            "date-time",
+            "int32",
+            "int64",
+            "float",
+            "double",
+        ];
+        fn formats(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(serde_json::Value::String(f)) = m.get("format") {
+                        out.push(f.clone());
+                    }
+                    m.values().for_each(|v| formats(v, out));
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| formats(v, out)),
+                _ => {}
+            }
+        }
+        for (file, crd) in super::crds() {
+            let mut found = Vec::new();
+            formats(&serde_json::to_value(&crd).unwrap(), &mut found);
+            for f in found {
+                assert!(
+                    KNOWN.contains(&f.as_str()),
+                    "{file}: format {f:?} is unknown to Kubernetes"
+                );
+            }
+        }
+    }
+
     #[test]
     fn committed_crds_match_the_types() {
         let dir = wasmop_tests::crds_dir();

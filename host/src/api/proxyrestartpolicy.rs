@@ -30,6 +30,7 @@ pub const DEFAULT_GATEWAY_NAME: &str = "istio-ingressgateway";
     printcolumn = r#"{"name":"Restarted","type":"integer","jsonPath":".status.summary.workloadsRestarted"}"#,
     printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.summary.workloadsPending"}"#,
     printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.summary.warnings"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
