@@ -44,6 +44,26 @@ fn documents(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// `helm template` of the chart (release `wasmop`, namespace `wasmop-system`) with `args`, in
+/// which `$0` is deploy/helm.
+fn helm_template(args: &str) -> String {
+    let chart = wasmop_tests::repo_root().join("deploy/helm");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            r#". "$0/helm-version.sh" && "$HELM" template wasmop "$0/wasmop" --namespace wasmop-system {args}"#
+        ))
+        .arg(&chart)
+        .output()
+        .expect("run helm template");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn of_kind(docs: &[Value], kind: &str) -> Vec<Value> {
     docs.iter().filter(|d| d["kind"] == kind).cloned().collect()
 }
@@ -145,19 +165,9 @@ fn the_chart_refuses_a_url_as_an_allowed_host() {
 /// gauges the operator exports, with `{{ $labels }}` left for Prometheus.
 #[test]
 fn the_chart_renders_alerts_on_the_registry_gauges() {
-    let chart = wasmop_tests::repo_root().join("deploy/helm");
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(r#". "$0/helm-version.sh" && "$HELM" template wasmop "$0/wasmop" --namespace wasmop-system -f "$0/lint-values/prometheus-rule.yaml""#)
-        .arg(&chart)
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs = documents(&String::from_utf8(out.stdout).unwrap());
+    let docs = documents(&helm_template(
+        r#"-f "$0/lint-values/prometheus-rule.yaml""#,
+    ));
     let rules = of_kind(&docs, "PrometheusRule");
     assert_eq!(rules.len(), 1, "one PrometheusRule");
     assert_eq!(rules[0]["metadata"]["labels"]["release"], "prometheus");
@@ -207,19 +217,9 @@ fn the_chart_renders_alerts_on_the_registry_gauges() {
 /// `--extra-ca-file`.
 #[test]
 fn the_chart_mounts_an_extra_ca_and_passes_it_to_the_operator() {
-    let chart = wasmop_tests::repo_root().join("deploy/helm");
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(r#". "$0/helm-version.sh" && "$HELM" template wasmop "$0/wasmop" --namespace wasmop-system --set operator.extraCA.configMap=cluster-ca --set operator.extraCA.key=root.pem"#)
-        .arg(&chart)
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = helm_template(
+        "--set operator.extraCA.configMap=cluster-ca --set operator.extraCA.key=root.pem",
     );
-    let text = String::from_utf8(out.stdout).unwrap();
     let operator = documents(&text)
         .into_iter()
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "wasmop")
