@@ -1,7 +1,8 @@
 //! E2E: the plugin registry is hot-reloaded while `wasmop run` runs under the chart's RBAC
 //! (deploy/manifests): a good new version takes effect; a bad one leaves the last good version
 //! serving, with a Warning Event on the ConfigMap and `PluginReady=False` on the DynamicEnv
-//! using it. A source created after the entry naming it is picked up by the retry. The gauges
+//! using it. A source created after the entry naming it is picked up by the retry; one whose
+//! download hangs holds back neither the other plugins nor a fix. The gauges
 //! on `/metrics` follow. `--extra-ca-file` is trusted for `https://` sources, and a file
 //! holding no certificate stops the operator at start.
 
@@ -265,6 +266,63 @@ async fn a_source_created_after_the_registry_loads_without_a_registry_change() {
             1,
             "a retry that fails as before is not logged again:\n{log}"
         );
+    })
+    .await;
+}
+
+/// A source whose download hangs (a server that accepts and never answers, as behind a
+/// firewall that drops the packets, until the 60 s download timeout) holds back neither the
+/// operator's start with the other plugins nor a fix of the entry: the entry is `Loading`
+/// meanwhile, and a new version of the ConfigMap replaces the load in progress.
+#[tokio::test]
+async fn a_hanging_source_holds_back_neither_the_other_plugins_nor_a_fix() {
+    install_crds();
+    install_operator_rbac();
+    with_temp_ns("hanging", |client: Client, ns: String| async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let digest = sha256_hex(&component("routing_istio.wasm"));
+        let entry = |source: &str| {
+            format!(
+                "plugins:\n  - name: remote-routing\n    hook: routing\n    source: {source}\n    sha256: \"{digest}\"\n"
+            )
+        };
+        let hanging = format!("https://127.0.0.1:{port}/router.wasm");
+        set_registry(&client, &ns, &entry(&hanging)).await;
+
+        let mut operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        let addr = operator.addr.clone();
+        let remote = plugin_entry(&addr, "remote-routing").expect("remote-routing listed");
+        assert_eq!(remote["reason"], "Loading", "{remote}");
+        assert_eq!(remote["ready"], false, "{remote}");
+        let builtin = plugin_entry(&addr, "routing-istio").expect("routing-istio listed");
+        assert_eq!(builtin["ready"], true, "the builtins serve meanwhile: {builtin}");
+
+        // Well within the download's 60 s: the fix replaces the load in progress.
+        set_registry(&client, &ns, &entry("builtin://routing-istio")).await;
+        let fixed = eventually("the fixed entry loads", Duration::from_secs(30), async || {
+            assert!(
+                operator.process.alive(),
+                "the operator exited:\n{}",
+                operator.process.log()
+            );
+            plugin_entry(&addr, "remote-routing").filter(|p| p["ready"] == true)
+        })
+        .await;
+        assert_eq!(fixed["reason"], "Loaded", "{fixed}");
+        registry_event(&client, &ns, "PluginsLoaded", "remote-routing").await;
+        let log = operator.process.log();
+        assert!(
+            log.contains("changed while plugins were loading; loading its new version instead"),
+            "{log}"
+        );
+        silent.abort();
     })
     .await;
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
+use wasmop::plugins::registry::{Fetch, LocalFetch, Registry, RegistryConfig, Source};
 use wasmop::plugins::{
     CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
     RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
@@ -618,6 +618,108 @@ async fn entries_that_failed_at_their_source_are_retried() {
     let picky = registry.status(Hook::Routing, Some("picky"));
     assert!(picky.message.contains("settings rejected"), "{picky:?}");
     assert!(!picky.message.contains("retried"), "{picky:?}");
+}
+
+/// Serves `file:///gated*` once its gate opens (a download that hangs), everything else
+/// as [`LocalFetch`].
+struct GatedFetch {
+    gate: tokio::sync::Semaphore,
+    bytes: Vec<u8>,
+}
+
+#[async_trait::async_trait]
+impl Fetch for GatedFetch {
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        match source {
+            Source::File(path) if path.starts_with("/gated") => {
+                let _open = self.gate.acquire().await.map_err(|e| e.to_string())?;
+                Ok(self.bytes.clone())
+            }
+            other => LocalFetch::default().fetch(other).await,
+        }
+    }
+}
+
+/// A reload serves what loaded while one entry still loads: that entry is `Loading`, its last
+/// good version serving, then loads when its source answers. A reload dropped meanwhile (a
+/// newer ConfigMap) leaves the entry to the next one, which loads it again.
+#[tokio::test]
+async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
+    let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
+    let fetch = GatedFetch {
+        gate: tokio::sync::Semaphore::new(0),
+        bytes: router.clone(),
+    };
+    let doc = |source: &str, colour: &str| {
+        RegistryConfig::parse(&format!(
+            "plugins:\n\
+             - {{name: slow, hook: routing, source: '{source}', sha256: {}}}\n\
+             - {{name: quick, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{colour}}}}}\n",
+            sha256_hex(&router),
+        ))
+        .unwrap()
+    };
+    let registry = Registry::new(runtime());
+    let report = registry
+        .apply(doc("builtin://routing-istio", "first"), &fetch)
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    let first = registry.status(Hook::Routing, Some("slow"));
+    let first_digest = first.serving_digest.clone().unwrap();
+
+    let swaps = std::sync::atomic::AtomicUsize::new(0);
+    let swapped = || {
+        swaps.fetch_add(1, Ordering::SeqCst);
+    };
+    let wait = Some(Duration::from_millis(200));
+    let (report, ()) = tokio::join!(
+        registry.apply_notifying(doc("file:///gated.wasm", "second"), &fetch, wait, &swapped),
+        async {
+            let started = Instant::now();
+            while swaps.load(Ordering::SeqCst) == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no interim swap"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let quick = registry.status(Hook::Routing, Some("quick"));
+            assert!(quick.ready, "the quick entry serves at once: {quick:?}");
+            let slow = registry.status(Hook::Routing, Some("slow"));
+            assert!(!slow.ready);
+            assert_eq!(slow.reason, "Loading", "{slow:?}");
+            assert!(slow.message.contains("keeps serving"), "{slow:?}");
+            assert_eq!(slow.serving_digest.as_deref(), Some(first_digest.as_str()));
+            assert!(registry.resolve(Hook::Routing, Some("slow")).is_ok());
+            fetch.gate.add_permits(1);
+        },
+    );
+    assert_eq!(report.loaded, ["quick", "slow"], "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(swaps.load(Ordering::SeqCst), 1);
+    let slow = registry.status(Hook::Routing, Some("slow"));
+    assert!(slow.ready, "{slow:?}");
+
+    // A reload dropped while its entry loads (a newer ConfigMap came); the same document
+    // again loads that entry instead of keeping it `Loading`.
+    fetch.gate.forget_permits(usize::MAX);
+    let third = || doc("file:///gated-again.wasm", "third");
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(2),
+        registry.apply_notifying(third(), &fetch, wait, &|| {}),
+    )
+    .await;
+    assert!(dropped.is_err(), "the gate is closed: {dropped:?}");
+    assert_eq!(
+        registry.status(Hook::Routing, Some("slow")).reason,
+        "Loading"
+    );
+    assert!(registry.status(Hook::Routing, Some("quick")).ready);
+    fetch.gate.add_permits(1);
+    let report = registry.apply(third(), &fetch).await;
+    assert_eq!(report.loaded, ["slow"], "{report:?}");
+    assert!(registry.status(Hook::Routing, Some("slow")).ready);
 }
 
 /// A resource naming an entry of another hook is not ready, in its condition as in its calls.

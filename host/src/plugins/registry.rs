@@ -5,9 +5,11 @@
 //!   `plugins:` add plugins or replace a builtin of the same name.
 //! - `defaults:` picks the plugin per hook; a missing default is the hook's builtin.
 //! - A reload compiles only entries whose source, digest, settings, limits or grants changed,
-//!   on tokio's blocking pool. An entry that fails keeps its last good version serving and its
-//!   error is reported by [`Registry::status`] (for CR conditions) and in the reload report
-//!   (for the ConfigMap's Event).
+//!   [`CONCURRENT_LOADS`] at a time, on tokio's blocking pool. An entry that fails keeps its
+//!   last good version serving and its error is reported by [`Registry::status`] (for CR
+//!   conditions) and in the reload report (for the ConfigMap's Event). The operator's reloads
+//!   ([`Registry::apply_notifying`]) serve the other entries once [`LOAD_WAIT`] has passed,
+//!   while a slow one (a hanging download) is `Loading`.
 //! - An entry that failed at its source ([`LoadError::at_source`]) is loaded again by
 //!   [`Registry::retry`], which the ConfigMap watch calls with a backoff.
 
@@ -18,6 +20,13 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use super::{Hook, LoadError, Plugin, PluginRuntime, PluginSpec, builtin};
+
+/// Entries a reload or retry fetches and compiles at a time.
+pub const CONCURRENT_LOADS: usize = 4;
+
+/// How long the operator's reload waits for its entries before it serves those that loaded
+/// and marks the rest `Loading` ([`Registry::apply_notifying`]).
+pub const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Name of the registry ConfigMap in the operator's namespace.
 pub const CONFIGMAP_NAME: &str = "wasmop-plugins";
@@ -287,6 +296,7 @@ pub struct PluginStatus {
     /// True when the latest version of the entry is loaded and serving.
     pub ready: bool,
     /// `Loaded`, `LoadFailed` (last good still serving), `NotLoaded` (nothing to serve),
+    /// `Loading` (a reload is still fetching or compiling it; last good, if any, serving),
     /// `NotFound`, or `WrongHook` (the entry implements another hook; [`Registry::status`]).
     pub reason: String,
     /// Human-readable detail.
@@ -305,9 +315,49 @@ pub struct Snapshot {
     config_error: Option<String>,
     /// Failed entries whose failure was at their source ([`LoadError::at_source`]).
     retry: BTreeSet<String>,
+    /// Entries of the latest config still loading when an interim snapshot was swapped in
+    /// ([`Registry::apply_notifying`]).
+    loading: BTreeSet<String>,
 }
 
 impl Snapshot {
+    /// Records the load of changed entry `spec`: its plugin, or its error with the last good
+    /// version of `old` kept serving.
+    fn settle(
+        &mut self,
+        old: &Snapshot,
+        spec: &PluginSpec,
+        result: Result<Arc<Plugin>, LoadError>,
+        report: &mut ReloadReport,
+    ) {
+        let name = &spec.name;
+        match result {
+            Ok(plugin) => {
+                self.plugins.insert(name.clone(), plugin);
+                report.loaded.push(name.clone());
+            }
+            Err(e) => {
+                self.keep_serving(old, spec);
+                if e.at_source {
+                    self.retry.insert(name.clone());
+                }
+                self.errors.insert(name.clone(), e.message.clone());
+                report.failed.push((name.clone(), e.message));
+            }
+        }
+    }
+
+    /// Keeps `old`'s version of `spec` serving, if it is for the same hook.
+    fn keep_serving(&mut self, old: &Snapshot, spec: &PluginSpec) {
+        if let Some(p) = old
+            .plugins
+            .get(&spec.name)
+            .filter(|p| p.spec().hook == spec.hook)
+        {
+            self.plugins.insert(spec.name.clone(), p.clone());
+        }
+    }
+
     /// The entry a resource of `hook` uses: `name` (its `spec.plugin`) if given, else the
     /// hook's default, else the hook's builtin.
     fn entry_name(&self, hook: Hook, name: Option<&str>) -> String {
@@ -397,11 +447,14 @@ impl Registry {
         match snap.plugins.get(&name) {
             Some(p) => Ok(p.clone()),
             None => Err(ResolveError::NotLoaded {
-                error: snap
-                    .errors
-                    .get(&name)
-                    .cloned()
-                    .unwrap_or_else(|| "not loaded yet".into()),
+                error: if snap.loading.contains(&name) {
+                    LOADING.to_owned()
+                } else {
+                    snap.errors
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| "not loaded yet".into())
+                },
                 name,
             }),
         }
@@ -442,19 +495,38 @@ impl Registry {
     }
 
     /// Loads `config`: unchanged entries keep their loaded plugin, changed ones are fetched,
-    /// verified and compiled off the executor, then the new snapshot is swapped in at once.
-    /// The report lists what loaded and what failed, with why; the caller logs it.
+    /// verified and compiled off the executor (several at a time), then the new snapshot is
+    /// swapped in at once. The report lists what loaded and what failed, with why; the caller
+    /// logs it. Waits for every entry: see [`Registry::apply_notifying`] for a reload that
+    /// serves what loaded while a slow entry is still loading.
     pub async fn apply(&self, config: RegistryConfig, fetch: &dyn Fetch) -> ReloadReport {
+        self.apply_notifying(config, fetch, None, &|| {}).await
+    }
+
+    /// As [`Registry::apply`]; when entries are still loading after `wait` (a download that
+    /// hangs until its 60 s timeout, a large component compiling), swaps in a snapshot with
+    /// everything else of `config` and calls `swapped`. Those entries are then `Loading`
+    /// ([`PluginStatus::reason`]) with their last good version, if any, serving, until the
+    /// final snapshot. Dropping the future before it ends (a newer ConfigMap) leaves that
+    /// interim snapshot, whose loading entries the next apply loads again.
+    pub async fn apply_notifying(
+        &self,
+        config: RegistryConfig,
+        fetch: &dyn Fetch,
+        wait: Option<std::time::Duration>,
+        swapped: &(dyn Fn() + Send + Sync),
+    ) -> ReloadReport {
+        use futures::StreamExt as _;
         let _guard = self.reload.lock().await;
         let old = self.current.load_full();
         let mut next = Snapshot {
             defaults: config.defaults.clone(),
             ..Snapshot::default()
         };
-        let mut report = ReloadReport::default();
+        let mut changed = Vec::new();
         for spec in config.effective_plugins() {
             let name = spec.name.clone();
-            let unchanged = old.specs.get(&name) == Some(&spec);
+            let unchanged = old.specs.get(&name) == Some(&spec) && !old.loading.contains(&name);
             if unchanged {
                 if let Some(p) = old.plugins.get(&name) {
                     next.plugins.insert(name.clone(), p.clone());
@@ -465,32 +537,49 @@ impl Registry {
                 if old.retry.contains(&name) {
                     next.retry.insert(name.clone());
                 }
-                next.specs.insert(name, spec);
-                continue;
-            }
-            match self.load_spec(&spec, fetch).await {
-                Ok(plugin) => {
-                    next.plugins.insert(name.clone(), plugin);
-                    report.loaded.push(name.clone());
-                }
-                Err(e) => {
-                    // Keep the last good version only if it is for the same hook.
-                    if let Some(p) = old
-                        .plugins
-                        .get(&name)
-                        .filter(|p| p.spec().hook == spec.hook)
-                    {
-                        next.plugins.insert(name.clone(), p.clone());
-                    }
-                    if e.at_source {
-                        next.retry.insert(name.clone());
-                    }
-                    next.errors.insert(name.clone(), e.message.clone());
-                    report.failed.push((name.clone(), e.message));
-                }
+            } else {
+                changed.push(spec.clone());
             }
             next.specs.insert(name, spec);
         }
+        let mut loads = Vec::with_capacity(changed.len());
+        for spec in &changed {
+            loads.push(self.load_labelled(spec, fetch));
+        }
+        let mut loads = futures::stream::iter(loads).buffer_unordered(CONCURRENT_LOADS);
+        let mut report = ReloadReport::default();
+        let mut done = BTreeSet::new();
+        if let Some(wait) = wait {
+            let deadline = tokio::time::sleep(wait);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    loaded = loads.next() => match loaded {
+                        Some((spec, result)) => {
+                            done.insert(spec.name.clone());
+                            next.settle(&old, spec, result, &mut report);
+                        }
+                        None => break,
+                    },
+                    () = &mut deadline => {
+                        let mut interim = next.clone();
+                        for spec in changed.iter().filter(|s| !done.contains(&s.name)) {
+                            interim.keep_serving(&old, spec);
+                            interim.loading.insert(spec.name.clone());
+                        }
+                        self.current.store(Arc::new(interim));
+                        swapped();
+                        break;
+                    }
+                }
+            }
+        }
+        while let Some((spec, result)) = loads.next().await {
+            next.settle(&old, spec, result, &mut report);
+        }
+        // Loads end in any order; reports list entries by name.
+        report.loaded.sort();
+        report.failed.sort();
         report.removed = old
             .specs
             .keys()
@@ -512,41 +601,61 @@ impl Registry {
         !self.current.load().retry.is_empty()
     }
 
-    /// Loads again every entry that failed at its source, keeping everything else as it is.
-    /// The report lists the entries that loaded now, and those that failed with a new error;
-    /// one that fails as before is left out (logged at debug), so a retry adds no noise.
+    /// Loads again every entry that failed at its source (several at a time), keeping
+    /// everything else as it is. The report lists the entries that loaded now, and those that
+    /// failed with a new error; one that fails as before is left out (logged at debug), so a
+    /// retry adds no noise. Dropping the future before it ends changes nothing.
     pub async fn retry(&self, fetch: &dyn Fetch) -> ReloadReport {
+        use futures::StreamExt as _;
         let _guard = self.reload.lock().await;
         let old = self.current.load_full();
         let mut next = Snapshot::clone(&old);
         let mut report = ReloadReport::default();
-        for name in &old.retry {
-            let Some(spec) = old.specs.get(name) else {
-                next.retry.remove(name);
-                continue;
-            };
-            match self.load_spec(spec, fetch).await {
+        next.retry.retain(|name| old.specs.contains_key(name));
+        let mut loads = Vec::with_capacity(next.retry.len());
+        for name in &next.retry {
+            loads.push(self.load_labelled(&old.specs[name], fetch));
+        }
+        let results: Vec<_> = futures::stream::iter(loads)
+            .buffer_unordered(CONCURRENT_LOADS)
+            .collect()
+            .await;
+        for (spec, result) in results {
+            let name = spec.name.clone();
+            match result {
                 Ok(plugin) => {
                     next.plugins.insert(name.clone(), plugin);
-                    next.errors.remove(name);
-                    next.retry.remove(name);
-                    report.loaded.push(name.clone());
+                    next.errors.remove(&name);
+                    next.retry.remove(&name);
+                    report.loaded.push(name);
                 }
                 Err(e) => {
                     if !e.at_source {
-                        next.retry.remove(name);
+                        next.retry.remove(&name);
                     }
-                    if old.errors.get(name) == Some(&e.message) {
+                    if old.errors.get(&name) == Some(&e.message) {
                         tracing::debug!(plugin = %name, "retried; fails as before: {}", e.message);
                         continue;
                     }
                     next.errors.insert(name.clone(), e.message.clone());
-                    report.failed.push((name.clone(), e.message));
+                    report.failed.push((name, e.message));
                 }
             }
         }
+        // Loads end in any order; reports list entries by name.
+        report.loaded.sort();
+        report.failed.sort();
         self.current.store(Arc::new(next));
         report
+    }
+
+    /// [`Registry::load_spec`], with the spec it loaded.
+    async fn load_labelled<'s>(
+        &self,
+        spec: &'s PluginSpec,
+        fetch: &dyn Fetch,
+    ) -> (&'s PluginSpec, Result<Arc<Plugin>, LoadError>) {
+        (spec, self.load_spec(spec, fetch).await)
     }
 
     async fn load_spec(
@@ -595,6 +704,17 @@ fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
             "NotFound",
             format!("no entry of that name in ConfigMap {CONFIGMAP_NAME}, nor a builtin"),
         ),
+        (Some(_), _, serving) if snap.loading.contains(name) => (
+            false,
+            "Loading",
+            match serving {
+                Some(p) => format!(
+                    "{LOADING}; the previous version ({}) keeps serving",
+                    short(p.digest())
+                ),
+                None => format!("{LOADING}; nothing serves it until it loads"),
+            },
+        ),
         (Some(_), Some(e), Some(p)) => (
             false,
             "LoadFailed",
@@ -620,6 +740,9 @@ fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
         serving_digest: serving.map(|p| p.digest().to_owned()),
     }
 }
+
+/// What a `Loading` entry is doing.
+const LOADING: &str = "still loading (fetching, verifying and compiling it)";
 
 fn short(digest: &str) -> String {
     format!("sha256:{}", &digest[..digest.len().min(12)])

@@ -104,10 +104,30 @@ impl Outbox {
     }
 }
 
+/// A load of the registry in progress (an apply of the ConfigMap or of the builtins, or a
+/// retry), which a newer ConfigMap event drops.
+type Loading<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Loaded> + Send + 'a>>;
+
+/// What a finished load did, to report.
+struct Loaded {
+    /// The ConfigMap the Events go on (the operator's namespace when it is missing).
+    reference: ObjectReference,
+    report: ReloadReport,
+    /// The Event reason and message when the builtins stand in for the ConfigMap.
+    fallback: Option<(&'static str, String)>,
+    /// A retry, not an apply.
+    retried: bool,
+}
+
 /// Watches `wasmop-plugins` and applies every change to the registry.
+///
+/// One load runs at a time, beside the watch: a ConfigMap event that arrives while a load is
+/// in progress drops it (the newest version wins, and a download that hangs until its timeout
+/// holds back neither a fix nor a retry's ConfigMap change), and a reload serves what loaded
+/// after [`registry::LOAD_WAIT`] while slower entries go on loading.
 pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ctx.namespace());
-    let fetch = KubeFetch {
+    let fetch = &KubeFetch {
         api: api.clone(),
         local: LocalFetch {
             extra_ca_pem: ctx.extra_ca_pem().map(<[u8]>::to_vec),
@@ -118,36 +138,63 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let mut events = watcher(api, cfg).boxed();
     let mut promotions = Box::pin(ctx.gate().promotions());
     let outbox = &Outbox::default();
+    let ctx = &*ctx;
     let mut seen_in_init = false;
     let mut backoff = Backoff::default();
     // The ConfigMap last loaded, for the Events of retries.
     let mut in_use = ObjectReference::default();
+    let mut loading: Option<Loading<'_>> = None;
     loop {
         let event = tokio::select! {
+            loaded = async {
+                match loading.as_mut() {
+                    Some(load) => load.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                loading = None;
+                report(ctx, outbox, &loaded).await;
+                if loaded.retried {
+                    backoff.again(ctx.registry.has_retryable());
+                } else {
+                    backoff.restart(ctx.registry.has_retryable());
+                }
+                continue;
+            }
             event = events.next() => match event {
                 Some(event) => event,
                 None => break,
             },
             Some(()) = promotions.next() => {
-                outbox.flush(&ctx).await;
+                outbox.flush(ctx).await;
                 continue;
             }
-            () = backoff.due() => {
-                retry(&ctx, &fetch, outbox, &in_use).await;
-                backoff.again(ctx.registry.has_retryable());
+            () = backoff.due(), if loading.is_none() => {
+                let reference = in_use.clone();
+                loading = Some(Box::pin(async move {
+                    Loaded {
+                        report: ctx.registry.retry(fetch).await,
+                        reference,
+                        fallback: None,
+                        retried: true,
+                    }
+                }));
                 continue;
             }
         };
-        match event {
-            Ok(watcher::Event::Init) => seen_in_init = false,
+        let next: Loading<'_> = match event {
+            Ok(watcher::Event::Init) => {
+                seen_in_init = false;
+                continue;
+            }
             Ok(watcher::Event::InitApply(cm)) => {
                 seen_in_init = true;
                 in_use = cm.object_ref(&());
-                apply_configmap(&ctx, &fetch, outbox, &cm).await;
+                Box::pin(apply_configmap(ctx, fetch, cm))
             }
             Ok(watcher::Event::Apply(cm)) => {
                 in_use = cm.object_ref(&());
-                apply_configmap(&ctx, &fetch, outbox, &cm).await;
+                Box::pin(apply_configmap(ctx, fetch, cm))
             }
             Ok(watcher::Event::InitDone) if !seen_in_init => {
                 // No ConfigMap to attach the Event to: it goes on the operator's namespace.
@@ -157,39 +204,39 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                     name: Some(ctx.namespace().to_owned()),
                     ..ObjectReference::default()
                 };
-                fall_back(
-                    &ctx,
-                    &fetch,
-                    outbox,
+                Box::pin(fall_back(
+                    ctx,
+                    fetch,
                     "not found",
-                    &ns,
+                    ns,
                     "PluginsConfigMissing",
-                )
-                .await;
+                ))
             }
-            Ok(watcher::Event::InitDone) => {}
-            Ok(watcher::Event::Delete(cm)) => {
-                fall_back(
-                    &ctx,
-                    &fetch,
-                    outbox,
-                    "was deleted",
-                    &cm.object_ref(&()),
-                    "PluginsConfigDeleted",
-                )
-                .await;
-            }
+            Ok(watcher::Event::InitDone) => continue,
+            Ok(watcher::Event::Delete(cm)) => Box::pin(fall_back(
+                ctx,
+                fetch,
+                "was deleted",
+                cm.object_ref(&()),
+                "PluginsConfigDeleted",
+            )),
             Err(e) => {
                 tracing::warn!("watching ConfigMap {}: {e}", registry::CONFIGMAP_NAME);
                 continue;
             }
+        };
+        if loading.replace(next).is_some() {
+            tracing::info!(
+                "ConfigMap {} changed while plugins were loading; loading its new version instead",
+                registry::CONFIGMAP_NAME
+            );
         }
-        backoff.restart(ctx.registry.has_retryable());
     }
     anyhow::bail!("the ConfigMap watch ended")
 }
 
-async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, cm: &ConfigMap) {
+/// Applies `cm`'s registry, or falls back to the builtins when it is invalid.
+async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: ConfigMap) -> Loaded {
     let reference = cm.object_ref(&());
     let doc = cm
         .data
@@ -203,29 +250,45 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, cm: 
         Ok(config) => config,
         Err(error) => {
             let what = format!("is invalid: {error}");
-            return fall_back(
+            return fall_back(ctx, fetch, &what, reference, "PluginsConfigInvalid").await;
+        }
+    };
+    // Serves what loaded, with readiness and conditions, while a slow entry goes on loading.
+    let swapped = || ctx.registry_reloaded();
+    let report = ctx
+        .registry
+        .apply_notifying(config, fetch, Some(registry::LOAD_WAIT), &swapped)
+        .await;
+    Loaded {
+        reference,
+        report,
+        fallback: None,
+        retried: false,
+    }
+}
+
+/// Logs and records what a finished load did: its report, or the fallback to the builtins.
+async fn report(ctx: &Context, outbox: &Outbox, loaded: &Loaded) {
+    match &loaded.fallback {
+        Some((event_reason, reason)) => {
+            log_report(ctx, &loaded.report);
+            ctx.registry_reloaded();
+            publish(
                 ctx,
-                fetch,
                 outbox,
-                &what,
-                &reference,
-                "PluginsConfigInvalid",
+                &loaded.reference,
+                EventType::Warning,
+                event_reason,
+                reason.clone(),
             )
             .await;
         }
-    };
-    let report = ctx.registry.apply(config, fetch).await;
-    report_reload(ctx, outbox, &reference, &report).await;
-}
-
-/// Loads again the entries that failed at their source, and reports what changed with Events
-/// on `configmap`, the ConfigMap that listed them.
-async fn retry(ctx: &Context, fetch: &KubeFetch, outbox: &Outbox, configmap: &ObjectReference) {
-    let report = ctx.registry.retry(fetch).await;
-    if report.loaded.is_empty() && report.failed.is_empty() {
-        return;
+        // A retry that changed nothing says nothing.
+        None if loaded.retried
+            && loaded.report.loaded.is_empty()
+            && loaded.report.failed.is_empty() => {}
+        None => report_reload(ctx, outbox, &loaded.reference, &loaded.report).await,
     }
-    report_reload(ctx, outbox, configmap, &report).await;
 }
 
 /// Logs a reload, tells the registry's watchers, and records its Events on `reference`.
@@ -271,15 +334,14 @@ async fn report_reload(
 }
 
 /// Serves the builtin defaults because the registry ConfigMap `what` (e.g. "was deleted"), with
-/// a log line and a Warning Event `event_reason` on `reference`.
+/// a log line now and, once loaded, a Warning Event `event_reason` on `reference`.
 async fn fall_back(
     ctx: &Context,
     fetch: &KubeFetch,
-    outbox: &Outbox,
     what: &str,
-    reference: &ObjectReference,
-    event_reason: &str,
-) {
+    reference: ObjectReference,
+    event_reason: &'static str,
+) -> Loaded {
     let reason = format!(
         "ConfigMap {}/{} {what}; using the builtin defaults",
         ctx.namespace(),
@@ -287,17 +349,12 @@ async fn fall_back(
     );
     tracing::warn!("{reason}");
     let report = ctx.registry.apply_fallback(reason.clone(), fetch).await;
-    log_report(ctx, &report);
-    ctx.registry_reloaded();
-    publish(
-        ctx,
-        outbox,
+    Loaded {
         reference,
-        EventType::Warning,
-        event_reason,
-        reason,
-    )
-    .await;
+        report,
+        fallback: Some((event_reason, reason)),
+        retried: false,
+    }
 }
 
 fn log_report(ctx: &Context, report: &ReloadReport) {
