@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command (README: `make test`; .ci/run calls it): formatting and lints, then
+# The one test command (README: `make test`; .ci/run calls it): formatting, lints and doc links, then
 # unit, plugin and end-to-end tests against the local control plane, which it starts if it is
 # not running and stops again afterwards.
 set -euo pipefail
@@ -15,6 +15,8 @@ step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo doc --workspace --no-deps (broken doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 cluster="$root/deploy/dev/cluster.sh"
 started=0
