@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one test command (README: `make test`; .ci/run calls it): formatting, lints and doc links, then
-# unit, plugin and end-to-end tests against the local control plane, which it starts if it is
-# not running and stops again afterwards.
+# The one test command (README: `make test`; .ci/run calls it): formatting, lints and doc
+# links, then unit, plugin and end-to-end tests against the local control plane, which it starts
+# if it is not running and stops again afterwards.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
