@@ -758,18 +758,19 @@ fn bench_memory_loop(rt: &Runtime, length: Duration) -> CallRow {
         black_box(buf[black_box(0)])
     }
     const PROBE: usize = 10_000;
-    let mut buf = vec![1u8; BUFFER];
-    let probe = median(
-        (0..21)
-            .map(|_| {
-                let started = Instant::now();
-                copy_around(&mut buf, PROBE);
-                started.elapsed()
-            })
-            .collect(),
-    );
-    let n = (length.as_secs_f64() / probe.as_secs_f64() * PROBE as f64) as usize;
+    // Calibrated where it runs: the buffer in that core's caches.
     let wasm = on_worker(rt, async move {
+        let mut buf = vec![1u8; BUFFER];
+        let probe = median(
+            (0..21)
+                .map(|_| {
+                    let started = Instant::now();
+                    copy_around(&mut buf, PROBE);
+                    started.elapsed()
+                })
+                .collect(),
+        );
+        let n = (length.as_secs_f64() / probe.as_secs_f64() * PROBE as f64) as usize;
         time_async(Direct(move || copy_around(&mut buf, n))).await
     });
     CallRow::alone("(reference)", "memory copies as long as routing", wasm)

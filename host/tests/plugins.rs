@@ -620,6 +620,53 @@ async fn entries_that_failed_at_their_source_are_retried() {
     assert!(!picky.message.contains("retried"), "{picky:?}");
 }
 
+/// A mistake within one entry (here a URL where `allowedHosts` wants a host) fails that entry
+/// alone: its last good version keeps serving, and the other entries of the same document
+/// load, where a document that does not parse is replaced by the builtins.
+#[tokio::test]
+async fn a_bad_entry_fails_alone_and_its_last_good_version_serves() {
+    let doc = |host: &str, colour: &str| {
+        RegistryConfig::parse(&format!(
+            "plugins:\n\
+             - {{name: fetcher, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: ['{host}']}}}}\n\
+             - {{name: other, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{colour}}}}}\n\
+             defaults: {{routing: fetcher}}\n"
+        ))
+        .expect("a mistake within an entry leaves the document valid")
+    };
+    let registry = Registry::new(runtime());
+    let fetch = LocalFetch::default();
+    let report = registry
+        .apply(doc("prometheus:9090", "first"), &fetch)
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    let good = registry.status(Hook::Routing, None);
+    assert!(good.ready, "{good:?}");
+
+    let report = registry
+        .apply(doc("http://prometheus:9090", "second"), &fetch)
+        .await;
+    assert_eq!(report.loaded, ["other"], "{report:?}");
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(report.failed[0].0, "fetcher");
+    assert_eq!(
+        report.failed[0].1,
+        "invalid plugins.yaml entry: grants.allowedHosts[0]: \"http://prometheus:9090\" is a \
+         URL; write host or host:port, e.g. prometheus.monitoring:9090"
+    );
+    let fetcher = registry.status(Hook::Routing, None);
+    assert_eq!(fetcher.reason, "LoadFailed", "{fetcher:?}");
+    assert_eq!(fetcher.serving_digest, good.serving_digest);
+    assert!(
+        !registry.has_retryable(),
+        "only a change of the entry fixes it"
+    );
+    assert!(registry.resolve(Hook::Routing, None).is_ok());
+    assert!(registry.statuses().1.is_none(), "the document is in use");
+}
+
 /// Serves `file:///gated*` once its gate opens (a download that hangs), everything else
 /// as [`LocalFetch`].
 struct GatedFetch {

@@ -49,8 +49,10 @@ impl RegistryConfig {
     /// Parses and checks a `plugins.yaml` document.
     ///
     /// # Errors
-    /// YAML errors (with line and column), duplicate names, a non-builtin source without
-    /// `sha256`, an unknown source scheme, a default naming an unknown plugin or one of another hook.
+    /// YAML errors (with line and column, e.g. an unknown field or hook), an empty or duplicate
+    /// name, a default naming an unknown plugin or one of another hook. What is wrong within one
+    /// entry (its source, `sha256`, limits or grants) fails that entry when it loads, not the
+    /// document: its last good version keeps serving.
     pub fn parse(yaml: &str) -> Result<Self, String> {
         let config: Self =
             serde_yaml::from_str(yaml).map_err(|e| format!("{CONFIGMAP_KEY}: {e}"))?;
@@ -61,43 +63,13 @@ impl RegistryConfig {
     fn check(&self) -> Result<(), String> {
         let mut seen = BTreeMap::new();
         for (i, p) in self.plugins.iter().enumerate() {
-            let at = format!("{CONFIGMAP_KEY}: plugins[{i}] ({})", p.name);
             if p.name.is_empty() {
                 return Err(format!("{CONFIGMAP_KEY}: plugins[{i}]: name is empty"));
             }
             if seen.insert(p.name.clone(), p.hook).is_some() {
-                return Err(format!("{at}: duplicate name"));
-            }
-            match Source::parse(&p.source)? {
-                Source::Builtin(name) => {
-                    let b = builtin::find(&name)
-                        .ok_or_else(|| format!("{at}: {}", builtin::unknown(&name)))?;
-                    if b.hook != p.hook {
-                        return Err(format!(
-                            "{at}: builtin {name} is a {} plugin, not {}",
-                            b.hook, p.hook
-                        ));
-                    }
-                }
-                _ if p.sha256.as_deref().is_none_or(str::is_empty) => {
-                    return Err(format!("{at}: sha256 is required for source {}", p.source));
-                }
-                _ => {}
-            }
-            if p.limits.timeout_ms == 0 || p.limits.memory_mib == 0 || p.limits.max_output_kib == 0
-            {
-                return Err(format!("{at}: limits must be positive"));
-            }
-            for (j, host) in p.grants.allowed_hosts.iter().enumerate() {
-                super::sandbox::check_allowed_host(host)
-                    .map_err(|e| format!("{at}: grants.allowedHosts[{j}]: {e}"))?;
-            }
-            if let Some(dir) = p.grants.read_only_dir.as_deref()
-                && !dir.is_empty()
-                && !dir.starts_with('/')
-            {
                 return Err(format!(
-                    "{at}: grants.readOnlyDir {dir:?} must be an absolute path in the operator's container"
+                    "{CONFIGMAP_KEY}: plugins[{i}] ({}): duplicate name",
+                    p.name
                 ));
             }
         }
@@ -663,11 +635,13 @@ impl Registry {
         spec: &PluginSpec,
         fetch: &dyn Fetch,
     ) -> Result<Arc<Plugin>, LoadError> {
-        let source = Source::parse(&spec.source).map_err(|message| LoadError {
+        let invalid = |message: String| LoadError {
             plugin: spec.name.clone(),
-            message,
+            message: format!("invalid {CONFIGMAP_KEY} entry: {message}"),
             at_source: false,
-        })?;
+        };
+        check_entry(spec).map_err(invalid)?;
+        let source = Source::parse(&spec.source).map_err(invalid)?;
         let bytes: std::borrow::Cow<'static, [u8]> = match &source {
             Source::Builtin(name) => builtin::find(name)
                 .map(|b| std::borrow::Cow::Borrowed(b.wasm))
@@ -686,6 +660,48 @@ impl Registry {
         };
         self.runtime.load(spec, &bytes).await
     }
+}
+
+/// Checks one entry of `plugins.yaml` before it is fetched: its source (a known scheme; a
+/// builtin of its hook; `sha256` for every source but a builtin), positive limits and grants
+/// the sandbox can enforce. An entry that fails this fails alone, as a load does (its last good
+/// version keeps serving); only a document that does not parse, or whose names or defaults
+/// do not hold together, is replaced by the builtins.
+///
+/// # Errors
+/// What is wrong with the entry and how to write it.
+fn check_entry(p: &PluginSpec) -> Result<(), String> {
+    match Source::parse(&p.source)? {
+        Source::Builtin(name) => {
+            let b = builtin::find(&name).ok_or_else(|| builtin::unknown(&name))?;
+            if b.hook != p.hook {
+                return Err(format!(
+                    "builtin {name} is a {} plugin, not {}",
+                    b.hook, p.hook
+                ));
+            }
+        }
+        _ if p.sha256.as_deref().is_none_or(str::is_empty) => {
+            return Err(format!("sha256 is required for source {}", p.source));
+        }
+        _ => {}
+    }
+    if p.limits.timeout_ms == 0 || p.limits.memory_mib == 0 || p.limits.max_output_kib == 0 {
+        return Err("limits must be positive".to_owned());
+    }
+    for (j, host) in p.grants.allowed_hosts.iter().enumerate() {
+        super::sandbox::check_allowed_host(host)
+            .map_err(|e| format!("grants.allowedHosts[{j}]: {e}"))?;
+    }
+    if let Some(dir) = p.grants.read_only_dir.as_deref()
+        && !dir.is_empty()
+        && !dir.starts_with('/')
+    {
+        return Err(format!(
+            "grants.readOnlyDir {dir:?} must be an absolute path in the operator's container"
+        ));
+    }
+    Ok(())
 }
 
 fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
@@ -785,44 +801,69 @@ defaults: { routing: istio-routing, scaling: custom }
     }
 
     #[test]
-    fn rejects_what_it_cannot_load() {
+    fn rejects_a_document_that_does_not_hold_together() {
         let err = |y: &str| RegistryConfig::parse(y).unwrap_err();
-        assert!(
-            err("plugins: [{name: a, hook: routing, source: 'file:///a.wasm'}]")
-                .contains("sha256 is required")
-        );
-        assert!(
-            err("plugins: [{name: a, hook: routing, source: 'ftp://x'}]")
-                .contains("expected builtin://")
-        );
-        assert!(
-            err("plugins: [{name: a, hook: scaling, source: 'builtin://routing-istio'}]")
-                .contains("is a routing plugin")
-        );
         assert!(err("defaults: {routing: nope}").contains("no plugin named \"nope\""));
         assert!(err("defaults: {routing: dr-lease}").contains("is a dr plugin"));
         assert!(err("plugins: [{name: a, hook: routing, source: 'builtin://routing-istio', colour: red}]").contains("unknown field"));
         assert!(
-            err("plugins: [{name: a, hook: routing, source: 'configmap://x'}]")
+            err("plugins: [{name: a, hook: nope, source: 'builtin://routing-istio'}]")
+                .contains("unknown variant")
+        );
+        assert!(
+            err("plugins: [{name: '', hook: routing, source: 'builtin://routing-istio'}]")
+                .contains("name is empty")
+        );
+        assert!(
+            err(
+                "plugins: [{name: a, hook: routing, source: 'builtin://routing-istio'}, \
+                 {name: a, hook: routing, source: 'builtin://routing-istio'}]"
+            )
+            .contains("plugins[1] (a): duplicate name")
+        );
+    }
+
+    #[test]
+    fn rejects_an_entry_it_cannot_load() {
+        let err = |entry: &str| {
+            let doc = format!("plugins: [{entry}]");
+            let config = RegistryConfig::parse(&doc).expect("an entry's mistakes are its own");
+            check_entry(&config.plugins[0]).unwrap_err()
+        };
+        assert!(
+            err("{name: a, hook: routing, source: 'file:///a.wasm'}")
+                .contains("sha256 is required")
+        );
+        assert!(err("{name: a, hook: routing, source: 'ftp://x'}").contains("expected builtin://"));
+        assert!(
+            err("{name: a, hook: scaling, source: 'builtin://routing-istio'}")
+                .contains("is a routing plugin")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'configmap://x'}")
                 .contains("configmap://NAME/KEY")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'builtin://routing-istio', limits: {timeoutMs: 0}}")
+                .contains("limits must be positive")
         );
         let grant = |host: &str| {
             err(&format!(
-                "plugins: [{{name: a, hook: routing, source: 'builtin://routing-istio', \
-                 grants: {{allowedHosts: [ok.example, '{host}']}}}}]"
+                "{{name: a, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: [ok.example, '{host}']}}}}"
             ))
         };
         assert_eq!(
             grant("http://prometheus:9090"),
-            "plugins.yaml: plugins[0] (a): grants.allowedHosts[1]: \"http://prometheus:9090\" \
-             is a URL; write host or host:port, e.g. prometheus.monitoring:9090"
+            "grants.allowedHosts[1]: \"http://prometheus:9090\" is a URL; write host or \
+             host:port, e.g. prometheus.monitoring:9090"
         );
         assert!(grant("*.svc").contains("wildcards are not supported"));
         assert!(grant("prometheus:99999").contains("the port must be a number up to 65535"));
         assert!(grant("user@prometheus").contains("is not a host"));
         assert!(grant("").contains("is not a host"));
         assert!(
-            err("plugins: [{name: a, hook: routing, source: 'builtin://routing-istio', grants: {readOnlyDir: data}}]")
+            err("{name: a, hook: routing, source: 'builtin://routing-istio', grants: {readOnlyDir: data}}")
                 .contains("grants.readOnlyDir \"data\" must be an absolute path")
         );
         for fine in [
@@ -836,7 +877,8 @@ defaults: { routing: istio-routing, scaling: custom }
                 "plugins: [{{name: a, hook: routing, source: 'builtin://routing-istio', \
                  grants: {{allowedHosts: ['{fine}']}}}}]"
             );
-            assert!(RegistryConfig::parse(&doc).is_ok(), "{fine}");
+            let config = RegistryConfig::parse(&doc).unwrap();
+            assert!(check_entry(&config.plugins[0]).is_ok(), "{fine}");
         }
     }
 }
