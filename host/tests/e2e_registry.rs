@@ -319,6 +319,10 @@ async fn a_hanging_source_holds_back_neither_the_other_plugins_nor_a_fix() {
         registry_event(&client, &ns, "PluginsLoaded", "remote-routing").await;
         let log = operator.process.log();
         assert!(
+            log.contains("plugins still loading after 5s") && log.contains("remote-routing"),
+            "the log names what is still loading:\n{log}"
+        );
+        assert!(
             log.contains("changed while plugins were loading; loading its new version instead"),
             "{log}"
         );

@@ -715,22 +715,19 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     let first = registry.status(Hook::Routing, Some("slow"));
     let first_digest = first.serving_digest.clone().unwrap();
 
-    let swaps = std::sync::atomic::AtomicUsize::new(0);
-    let swapped = || {
-        swaps.fetch_add(1, Ordering::SeqCst);
+    let swapped = std::sync::Mutex::new(Vec::new());
+    let swap = tokio::sync::Notify::new();
+    let on_swap = |loading: &[String]| {
+        swapped.lock().unwrap().push(loading.to_vec());
+        swap.notify_one();
     };
     let wait = Some(Duration::from_millis(200));
     let (report, ()) = tokio::join!(
-        registry.apply_notifying(doc("file:///gated.wasm", "second"), &fetch, wait, &swapped),
+        registry.apply_notifying(doc("file:///gated.wasm", "second"), &fetch, wait, &on_swap),
         async {
-            let started = Instant::now();
-            while swaps.load(Ordering::SeqCst) == 0 {
-                assert!(
-                    started.elapsed() < Duration::from_secs(30),
-                    "no interim swap"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            tokio::time::timeout(Duration::from_secs(30), swap.notified())
+                .await
+                .expect("an interim snapshot while the slow entry loads");
             let quick = registry.status(Hook::Routing, Some("quick"));
             assert!(quick.ready, "the quick entry serves at once: {quick:?}");
             let slow = registry.status(Hook::Routing, Some("slow"));
@@ -744,7 +741,7 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     );
     assert_eq!(report.loaded, ["quick", "slow"], "{report:?}");
     assert!(report.failed.is_empty(), "{report:?}");
-    assert_eq!(swaps.load(Ordering::SeqCst), 1);
+    assert_eq!(*swapped.lock().unwrap(), [["slow"]]);
     let slow = registry.status(Hook::Routing, Some("slow"));
     assert!(slow.ready, "{slow:?}");
 
@@ -754,7 +751,7 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     let third = || doc("file:///gated-again.wasm", "third");
     let dropped = tokio::time::timeout(
         Duration::from_secs(2),
-        registry.apply_notifying(third(), &fetch, wait, &|| {}),
+        registry.apply_notifying(third(), &fetch, wait, &|_| {}),
     )
     .await;
     assert!(dropped.is_err(), "the gate is closed: {dropped:?}");

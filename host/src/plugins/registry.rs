@@ -472,12 +472,13 @@ impl Registry {
     /// logs it. Waits for every entry: see [`Registry::apply_notifying`] for a reload that
     /// serves what loaded while a slow entry is still loading.
     pub async fn apply(&self, config: RegistryConfig, fetch: &dyn Fetch) -> ReloadReport {
-        self.apply_notifying(config, fetch, None, &|| {}).await
+        self.apply_notifying(config, fetch, None, &|_| {}).await
     }
 
     /// As [`Registry::apply`]; when entries are still loading after `wait` (a download that
     /// hangs until its 60 s timeout, a large component compiling), swaps in a snapshot with
-    /// everything else of `config` and calls `swapped`. Those entries are then `Loading`
+    /// everything else of `config` and calls `swapped` with their names (sorted). Those entries
+    /// are then `Loading`
     /// ([`PluginStatus::reason`]) with their last good version, if any, serving, until the
     /// final snapshot. Dropping the future before it ends (a newer ConfigMap) leaves that
     /// interim snapshot, whose loading entries the next apply loads again.
@@ -486,7 +487,7 @@ impl Registry {
         config: RegistryConfig,
         fetch: &dyn Fetch,
         wait: Option<std::time::Duration>,
-        swapped: &(dyn Fn() + Send + Sync),
+        swapped: &(dyn Fn(&[String]) + Send + Sync),
     ) -> ReloadReport {
         use futures::StreamExt as _;
         let _guard = self.reload.lock().await;
@@ -539,8 +540,9 @@ impl Registry {
                             interim.keep_serving(&old, spec);
                             interim.loading.insert(spec.name.clone());
                         }
+                        let loading: Vec<String> = interim.loading.iter().cloned().collect();
                         self.current.store(Arc::new(interim));
-                        swapped();
+                        swapped(&loading);
                         break;
                     }
                 }

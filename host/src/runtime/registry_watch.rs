@@ -254,7 +254,15 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: ConfigMap) -> Loa
         }
     };
     // Serves what loaded, with readiness and conditions, while a slow entry goes on loading.
-    let swapped = || ctx.registry_reloaded();
+    let swapped = |loading: &[String]| {
+        tracing::warn!(
+            ?loading,
+            "plugins still loading after {:?} (fetching, verifying, compiling); the others serve \
+             meanwhile, and these keep their previous version, if any, until they load or fail",
+            registry::LOAD_WAIT
+        );
+        ctx.registry_reloaded();
+    };
     let report = ctx
         .registry
         .apply_notifying(config, fetch, Some(registry::LOAD_WAIT), &swapped)
