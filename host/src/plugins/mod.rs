@@ -306,6 +306,10 @@ pub struct PluginRuntime {
     pooled: bool,
     /// One pre-instance per (digest, hook), shared by every entry using that component.
     pres: std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
+    /// One compile (or cache load) at a time: compiling a large component takes hundreds of MiB
+    /// (a 12 MiB JavaScript component about 450 MiB), and wasmtime already spreads one compile
+    /// over every CPU.
+    compiles: Arc<Semaphore>,
 }
 
 /// Options for [`PluginRuntime::new`].
@@ -479,6 +483,7 @@ impl PluginRuntime {
             epoch,
             pooled,
             pres: Default::default(),
+            compiles: Arc::new(Semaphore::new(1)),
         }))
     }
 
@@ -556,7 +561,15 @@ impl PluginRuntime {
         let started = Instant::now();
         let (this, hook, want, bytes) =
             (self.clone(), spec.hook, spec.sha256.clone(), bytes.to_vec());
+        let compiling = self
+            .compiles
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the compile semaphore is never closed");
         let (digest, pre, origin) = tokio::task::spawn_blocking(move || {
+            // Held until the compile ends, even if the load is dropped meanwhile.
+            let _compiling = compiling;
             let digest = sha256_hex(&bytes);
             if let Some(want) = want.as_deref().filter(|s| !s.is_empty())
                 && !want.eq_ignore_ascii_case(&digest)

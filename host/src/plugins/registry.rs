@@ -515,6 +515,9 @@ impl Registry {
             }
             next.specs.insert(name, spec);
         }
+        // Builtins first: they compile in a fraction of a second and serve the defaults, where
+        // a custom component may take seconds (compiles run one at a time).
+        changed.sort_by_key(|spec| !spec.source.starts_with("builtin://"));
         let mut loads = Vec::with_capacity(changed.len());
         for spec in &changed {
             loads.push(self.load_labelled(spec, fetch));
