@@ -132,13 +132,24 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         set_component(&client, &ns, &router_v1).await;
         set_registry(&client, &ns, &registry_doc(&d1)).await;
 
+        // The compile cache holds an hour-old artifact of a component no entry uses (left by an
+        // earlier version of the registry), which the first reload removes, and a file of
+        // someone else's, which it leaves.
+        let cache = wasmop_tests::dump_dir().join(format!("cache-{ns}"));
+        std::fs::create_dir_all(&cache).unwrap();
+        let stale = [format!("{}-{}.cwasm", "0".repeat(64), "0".repeat(16)), format!("{}-{}.cwasm.sha256", "0".repeat(64), "0".repeat(16))];
+        for name in stale.iter().chain([&"notes.txt".to_owned()]) {
+            let f = std::fs::File::create(cache.join(name)).unwrap();
+            f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600)).unwrap();
+        }
+
         wasmop_tests::bind_operator_namespace(&ns);
         let kubeconfig = service_account_kubeconfig(OPERATOR_NS, "wasmop");
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
         cmd.args(["run", "--namespace", &ns, "--watch-namespace", &ns, "--listen", &addr, "--identity", &format!("e2e-{ns}")])
             .env("KUBECONFIG", &kubeconfig)
-            .env("WASMOP_CACHE_DIR", wasmop_tests::dump_dir().join(format!("cache-{ns}")));
+            .env("WASMOP_CACHE_DIR", &cache);
         let mut operator = Process::spawn(cmd, wasmop_tests::dump_dir().join(format!("{ns}-operator.log")));
 
         let v1 = eventually("custom-routing v1 loaded", TIMEOUT, async || {
@@ -147,6 +158,13 @@ async fn registry_changes_take_effect_and_bad_versions_keep_the_last_good_one() 
         })
         .await;
         assert_eq!(v1["servingDigest"], d1.as_str());
+        eventually("the unused artifact pruned", TIMEOUT, async || {
+            (!stale.iter().any(|name| cache.join(name).exists())).then_some(())
+        })
+        .await;
+        assert!(cache.join("notes.txt").exists(), "not the cache's file: left alone");
+        let cached = std::fs::read_dir(&cache).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&d1)).count();
+        assert_eq!(cached, 2, "v1's artifact and its digest stay");
         // The gauges are set once the reload is done, just after /plugins shows it.
         eventually("wasmop_plugin_ready 1", TIMEOUT, async || metric(&addr, CUSTOM_ROUTING_READY).filter(|v| v == "1")).await;
         assert_eq!(metric(&addr, CONFIG_RELOAD_SUCCESSFUL).as_deref(), Some("1"));

@@ -9,6 +9,7 @@ use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
@@ -86,6 +87,50 @@ impl CompileCache {
         }
     }
 
+    /// Removes the files of compiled components that no longer serve: artifacts (and their
+    /// recorded digests, and partial writes) whose component digest is not in `keep`, or that
+    /// another engine wrote (an older wasmop), once they are `min_age` old (a directory shared
+    /// with another process keeps what that process wrote lately). Files this cache does not
+    /// name are left alone; a file that cannot be read or removed is skipped (debug log).
+    /// Returns the files removed and the bytes they held.
+    pub fn prune(
+        &self,
+        keep: &std::collections::BTreeSet<String>,
+        min_age: Duration,
+    ) -> (usize, u64) {
+        let Some(dir) = &self.dir else {
+            return (0, 0);
+        };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return (0, 0);
+        };
+        let (mut files, mut bytes) = (0, 0);
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some((digest, engine_key)) = name.to_str().and_then(artifact_name) else {
+                continue;
+            };
+            if keep.contains(digest) && engine_key == self.engine_key {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            let age = meta.modified().ok().and_then(|m| m.elapsed().ok());
+            if age.is_none_or(|age| age < min_age) {
+                continue;
+            }
+            match fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    files += 1;
+                    bytes += meta.len();
+                }
+                Err(e) => tracing::debug!(path = %entry.path().display(), "cannot prune: {e}"),
+            }
+        }
+        (files, bytes)
+    }
+
     fn load_artifact(&self, engine: &Engine, path: &Path) -> anyhow::Result<Option<Component>> {
         let Ok(bytes) = fs::read(path) else {
             return Ok(None);
@@ -104,6 +149,18 @@ impl CompileCache {
         let component = unsafe { Component::deserialize(engine, &bytes) };
         component.map(Some).map_err(Into::into)
     }
+}
+
+/// The component digest and engine key of a file this cache writes:
+/// `<sha256>-<engine>.cwasm`, `<same>.cwasm.sha256` or a partial write `<sha256>-<engine>.tmp<pid>`.
+fn artifact_name(name: &str) -> Option<(&str, &str)> {
+    let (stem, rest) = name.split_once('.')?;
+    if !(rest == "cwasm" || rest == "cwasm.sha256" || rest.starts_with("tmp")) {
+        return None;
+    }
+    let (digest, engine_key) = stem.split_once('-')?;
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(digest, 64) && hex(engine_key, 16)).then_some((digest, engine_key))
 }
 
 fn digest_path(path: &Path) -> PathBuf {
@@ -143,4 +200,65 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::time::SystemTime;
+
+    #[test]
+    fn prune_removes_what_no_plugin_uses_once_it_is_old_enough() {
+        let dir = std::env::temp_dir().join(format!("wasmop-prune-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let engine = Engine::default();
+        let cache = CompileCache::new(&engine, Some(dir.clone())).unwrap();
+        let key = cache.engine_key.clone();
+        let (used, unused, fresh) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        let write = |name: &str, age: Duration| {
+            let f = fs::File::create(dir.join(name)).unwrap();
+            f.set_len(10).unwrap();
+            f.set_modified(SystemTime::now() - age).unwrap();
+        };
+        let hour = Duration::from_secs(3600);
+        for name in [
+            format!("{used}-{key}.cwasm"),
+            format!("{used}-{key}.cwasm.sha256"),
+            format!("{unused}-{key}.cwasm"),
+            format!("{unused}-{key}.cwasm.sha256"),
+            format!("{unused}-{key}.tmp42"),
+            format!("{used}-0123456789abcdef.cwasm"),
+            format!("{unused}.cwasm"),
+            "notes.txt".to_owned(),
+        ] {
+            write(&name, hour);
+        }
+        write(&format!("{fresh}-{key}.cwasm"), Duration::ZERO);
+
+        let keep = BTreeSet::from([used.clone()]);
+        assert_eq!(cache.prune(&keep, Duration::from_secs(600)), (4, 40));
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                format!("{used}-{key}.cwasm"),
+                format!("{used}-{key}.cwasm.sha256"),
+                format!("{unused}.cwasm"),
+                format!("{fresh}-{key}.cwasm"),
+                "notes.txt".to_owned(),
+            ],
+            "in use, not ours, or written lately: kept"
+        );
+        assert_eq!(
+            cache.prune(&keep, Duration::ZERO),
+            (1, 10),
+            "then the fresh one"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

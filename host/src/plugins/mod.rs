@@ -487,6 +487,17 @@ impl PluginRuntime {
         }))
     }
 
+    /// Removes the compile cache's artifacts of components not in `keep` (sha256 digests) once
+    /// they are `min_age` old ([`cache::CompileCache::prune`]); blocking file I/O. Returns the
+    /// files removed and the bytes they held.
+    pub fn prune_compile_cache(
+        &self,
+        keep: &std::collections::BTreeSet<String>,
+        min_age: std::time::Duration,
+    ) -> (usize, u64) {
+        self.cache.prune(keep, min_age)
+    }
+
     /// [`RuntimeOptions::extra_ca_pem`]: PEM CA certificates trusted besides the usual roots.
     pub fn extra_ca_pem(&self) -> Option<&[u8]> {
         self.extra_ca_pem.as_deref()

@@ -447,6 +447,16 @@ impl Registry {
         status
     }
 
+    /// The sha256 digests of the components serving calls: each entry's latest version, or
+    /// its last good one.
+    pub fn serving_digests(&self) -> BTreeSet<String> {
+        let snap = self.current.load();
+        snap.plugins
+            .values()
+            .map(|p| p.digest().to_owned())
+            .collect()
+    }
+
     /// The readiness of every entry, and the config error if the ConfigMap was rejected.
     pub fn statuses(&self) -> (Vec<PluginStatus>, Option<String>) {
         let snap = self.current.load();

@@ -154,6 +154,7 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
             } => {
                 loading = None;
                 report(ctx, outbox, &loaded).await;
+                prune_compile_cache(ctx).await;
                 if loaded.retried {
                     backoff.again(ctx.registry.has_retryable());
                 } else {
@@ -272,6 +273,31 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: ConfigMap) -> Loa
         report,
         fallback: None,
         retried: false,
+    }
+}
+
+/// How old a compiled artifact no plugin uses must be before a reload removes it: a cache
+/// directory shared with another process (a second operator, `wasmop plugin` commands) keeps
+/// what that process compiled lately.
+pub const PRUNE_UNUSED_AFTER: Duration = Duration::from_secs(600);
+
+/// Removes compiled components no entry serves any more, so that the compile cache (an
+/// emptyDir with a size limit in the chart) holds the registry's current versions, not every
+/// version ever loaded.
+async fn prune_compile_cache(ctx: &Context) {
+    let keep = ctx.registry.serving_digests();
+    let runtime = ctx.registry.runtime().clone();
+    let pruned =
+        tokio::task::spawn_blocking(move || runtime.prune_compile_cache(&keep, PRUNE_UNUSED_AFTER))
+            .await;
+    if let Ok((files, bytes)) = pruned
+        && files > 0
+    {
+        tracing::info!(
+            files,
+            "removed compiled plugins no entry uses any more from the compile cache ({:.1} MiB)",
+            bytes as f64 / f64::from(1 << 20)
+        );
     }
 }
 
