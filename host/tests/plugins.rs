@@ -620,6 +620,34 @@ async fn entries_that_failed_at_their_source_are_retried() {
     assert!(!picky.message.contains("retried"), "{picky:?}");
 }
 
+/// A compile cache directory the runtime must not use (others can write it, so an artifact
+/// there could be planted) or cannot create costs compiling at each load, not the plugins.
+#[tokio::test]
+async fn an_unusable_cache_directory_costs_compiles_not_plugins() {
+    use std::os::unix::fs::PermissionsExt;
+    let shared = std::env::temp_dir().join(format!("wasmop-shared-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let none = builtin::find("none").unwrap();
+    for dir in [shared.clone(), "/proc/wasmop-cache".into()] {
+        let rt = PluginRuntime::new(RuntimeOptions {
+            cache_dir: Some(dir.clone()),
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap_or_else(|e| panic!("{}: {e:#}", dir.display()));
+        let spec = PluginSpec::new("none", Hook::Dr, "builtin://none");
+        rt.load(&spec, none.wasm).await.unwrap();
+    }
+    assert_eq!(
+        std::fs::read_dir(&shared).unwrap().count(),
+        0,
+        "nothing written where others can write"
+    );
+    let _ = std::fs::remove_dir_all(&shared);
+}
+
 /// A mistake within one entry (here a URL where `allowedHosts` wants a host) fails that entry
 /// alone: its last good version keeps serving, and the other entries of the same document
 /// load, where a document that does not parse is replaced by the builtins.

@@ -428,9 +428,12 @@ impl PluginRuntime {
     /// A runtime with its own engine and an epoch ticker thread (stopped on drop), which ticks
     /// every [`EPOCH_TICK`] while a call is in flight and parks while none is.
     ///
+    /// A cache directory that cannot be created, or that others can write (an artifact there
+    /// could be planted, and loading one runs it), is logged and not used: every load
+    /// compiles.
+    ///
     /// # Errors
-    /// The engine or the cache directory cannot be set up, or `extra_ca_pem` holds no valid
-    /// CA certificates.
+    /// The engine cannot be set up, or `extra_ca_pem` holds no valid CA certificates.
     pub fn new(opts: RuntimeOptions) -> anyhow::Result<Arc<Self>> {
         let http_pool =
             http_pool::HttpPool::new(opts.max_concurrent_calls, opts.extra_ca_pem.as_deref())
@@ -471,7 +474,15 @@ impl PluginRuntime {
             &mut linker,
             |s| s,
         )?;
-        let cache = CompileCache::new(&engine, opts.cache_dir)?;
+        // The cache only saves compiling again: a directory that cannot be used costs time,
+        // not plugins.
+        let cache = CompileCache::new(&engine, opts.cache_dir).unwrap_or_else(|e| {
+            tracing::warn!(
+                "{e:#}; compiling plugins without a cache. Set WASMOP_CACHE_DIR to a directory \
+                 only this user can write (the chart mounts an emptyDir)"
+            );
+            CompileCache::new(&engine, None).expect("a cache without a directory")
+        });
         let epoch = epoch::EpochTicker::start(engine.clone())?;
         Ok(Arc::new(Self {
             engine,
