@@ -488,10 +488,10 @@ impl Registry {
     /// As [`Registry::apply`]; when entries are still loading after `wait` (a download that
     /// hangs until its 60 s timeout, a large component compiling), swaps in a snapshot with
     /// everything else of `config` and calls `swapped` with their names (sorted). Those entries
-    /// are then `Loading`
-    /// ([`PluginStatus::reason`]) with their last good version, if any, serving, until the
-    /// final snapshot. Dropping the future before it ends (a newer ConfigMap) leaves that
-    /// interim snapshot, whose loading entries the next apply loads again.
+    /// are then `Loading` ([`PluginStatus::reason`]) with their last good version, if any,
+    /// serving, until the final snapshot. Dropping the future before it ends (a newer
+    /// ConfigMap) leaves that interim snapshot, whose loading entries the next apply loads
+    /// again.
     pub async fn apply_notifying(
         &self,
         config: RegistryConfig,

@@ -254,9 +254,10 @@ async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: ConfigMap) -> Loa
             return fall_back(ctx, fetch, &what, reference, "PluginsConfigInvalid").await;
         }
     };
-    // Serves what loaded, with readiness and conditions, while a slow entry goes on loading.
+    // Serves what loaded, with readiness and conditions, while a slow entry goes on loading
+    // (info: a large component takes that long to compile; a load that fails says so then).
     let swapped = |loading: &[String]| {
-        tracing::warn!(
+        tracing::info!(
             ?loading,
             "plugins still loading after {:?} (fetching, verifying, compiling); the others serve \
              meanwhile, and these keep their previous version, if any, until they load or fail",
