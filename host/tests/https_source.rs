@@ -1,6 +1,7 @@
 //! `https://` plugin sources: downloaded over TLS from a loopback server whose certificate is
 //! signed by a test CA (trusted as an extra CA, as `wasmop run --extra-ca-file` does), verified
-//! by sha256, and refused when the server's certificate is not trusted.
+//! by sha256, and refused when the server's certificate is not trusted. Redirects are followed
+//! to `https://` URLs only.
 
 use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
@@ -56,6 +57,49 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     assert!(
         err.contains("invalid peer certificate: UnknownIssuer"),
         "an untrusted certificate is refused, in words: {err}"
+    );
+
+    // Redirects are followed (a release asset's URL points at its storage), to https only.
+    let moved = tls::redirect(
+        ca.server_config(&["localhost"]),
+        &format!("https://localhost:{port}/dr.wasm"),
+    )
+    .await;
+    let via_redirect = good.replace(&format!("localhost:{port}"), &format!("localhost:{moved}"));
+    let renamed = via_redirect.replace("name: remote", "name: moved");
+    let report = registry
+        .apply(RegistryConfig::parse(&renamed).unwrap(), &fetch)
+        .await;
+    assert_eq!(report.failed, vec![], "{report:?}");
+    assert!(registry.resolve(Hook::Dr, Some("moved")).is_ok());
+    let plain = tls::redirect(
+        ca.server_config(&["localhost"]),
+        "http://localhost:1/dr.wasm",
+    )
+    .await;
+    let err = wasmop::plugins::registry::https_get(
+        &format!("https://localhost:{plain}/dr.wasm"),
+        fetch.extra_ca_pem.as_deref(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.ends_with("redirects to http://localhost:1/dr.wasm, which is not https://; refused"),
+        "{err}"
+    );
+    let looping = tls::redirect(ca.server_config(&["localhost"]), "/again").await;
+    let err = wasmop::plugins::registry::https_get(
+        &format!("https://localhost:{looping}/dr.wasm"),
+        fetch.extra_ca_pem.as_deref(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "https://localhost:{looping}/dr.wasm: more than 5 redirects (last to \
+             https://localhost:{looping}/again)"
+        )
     );
 
     // A server that is not there: the causes in words, as Events and conditions show them.

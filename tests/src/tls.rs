@@ -66,28 +66,54 @@ impl TestCa {
 /// # Panics
 /// When no loopback port can be bound.
 pub async fn serve(config: Arc<rustls::ServerConfig>, body: Vec<u8>) -> (u16, Arc<AtomicUsize>) {
+    let body = bytes::Bytes::from(body);
+    serve_with(config, move || {
+        hyper::Response::new(http_body_util::Full::new(body.clone()))
+    })
+    .await
+}
+
+/// As [`serve`], answering every request `302 Found` with `Location: location` (a URL, or a
+/// path on this server); returns its port.
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub async fn redirect(config: Arc<rustls::ServerConfig>, location: &str) -> u16 {
+    let location = location.to_owned();
+    let (port, _) = serve_with(config, move || {
+        hyper::Response::builder()
+            .status(hyper::StatusCode::FOUND)
+            .header(hyper::header::LOCATION, location.as_str())
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("a redirect")
+    })
+    .await;
+    port
+}
+
+/// An HTTPS server on `127.0.0.1` answering every request with `respond()`.
+async fn serve_with<F>(config: Arc<rustls::ServerConfig>, respond: F) -> (u16, Arc<AtomicUsize>)
+where
+    F: Fn() -> hyper::Response<http_body_util::Full<bytes::Bytes>> + Clone + Send + Sync + 'static,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the TLS server");
     let port = listener.local_addr().expect("its address").port();
     let accepted = Arc::new(AtomicUsize::new(0));
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let (count, body) = (accepted.clone(), bytes::Bytes::from(body));
+    let count = accepted.clone();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             count.fetch_add(1, Ordering::SeqCst);
-            let (acceptor, body) = (acceptor.clone(), body.clone());
+            let (acceptor, respond) = (acceptor.clone(), respond.clone());
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 let answer = hyper::service::service_fn(move |_| {
-                    let body = body.clone();
-                    async move {
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                            http_body_util::Full::new(body),
-                        ))
-                    }
+                    let response = respond();
+                    async move { Ok::<_, std::convert::Infallible>(response) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), answer)

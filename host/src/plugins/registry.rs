@@ -194,18 +194,21 @@ static SYSTEM_ROOTS: std::sync::LazyLock<rustls::RootCertStore> = std::sync::Laz
     roots
 });
 
+/// Redirects an `https://` download follows, at most.
+pub const MAX_REDIRECTS: usize = 5;
+
 /// Downloads `url` over TLS, verifying the server against the system's roots (`SSL_CERT_FILE`
 /// and `SSL_CERT_DIR` are honoured, as read at the first download) plus `extra_ca_pem`.
-/// Redirects are not followed.
+/// Follows up to [`MAX_REDIRECTS`] redirects (a release asset's URL usually redirects to its
+/// storage), to `https://` URLs only; the entry's sha256 pins what arrives wherever it comes
+/// from.
 ///
 /// # Errors
-/// A message naming the URL: TLS or connection failure, a status other than 200, a body over
-/// [`MAX_COMPONENT_BYTES`], or a download past [`DOWNLOAD_TIMEOUT`].
+/// A message naming the URL: TLS or connection failure, a status other than 200 (after
+/// redirects), a redirect to a URL that is not `https://` or more than [`MAX_REDIRECTS`] of
+/// them, a body over [`MAX_COMPONENT_BYTES`], or a download past [`DOWNLOAD_TIMEOUT`].
 pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>, String> {
     use http_body_util::{BodyExt, Empty, Limited};
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| format!("{url}: not a valid URL: {e}"))?;
     let tls = super::http_pool::tls_config(SYSTEM_ROOTS.clone(), extra_ca_pem)?;
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
@@ -215,20 +218,55 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, Empty<bytes::Bytes>>(connector);
     let download = async {
-        // The chain of causes, e.g. "client error (Connect): tcp connect error: Connection
-        // refused (os error 111)", rather than the client's nested Debug dump.
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|e| format!("{url}: {:#}", anyhow::Error::from(e)))?;
-        if response.status() != http::StatusCode::OK {
-            return Err(format!("{url}: the server answered {}", response.status()));
+        let mut current = url.to_owned();
+        for _ in 0..=MAX_REDIRECTS {
+            let uri: http::Uri = current
+                .parse()
+                .map_err(|e| format!("{url}: not a valid URL {current}: {e}"))?;
+            // The chain of causes, e.g. "client error (Connect): tcp connect error: Connection
+            // refused (os error 111)", rather than the client's nested Debug dump.
+            let response = client
+                .get(uri)
+                .await
+                .map_err(|e| format!("{}: {:#}", via(url, &current), anyhow::Error::from(e)))?;
+            let status = response.status();
+            if status.is_redirection()
+                && let Some(location) = response.headers().get(http::header::LOCATION)
+            {
+                let next = location
+                    .to_str()
+                    .ok()
+                    .and_then(|l| url::Url::parse(&current).ok()?.join(l).ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: the server answered {status} with a Location that is not a URL",
+                            via(url, &current)
+                        )
+                    })?;
+                if next.scheme() != "https" {
+                    return Err(format!(
+                        "{}: the server redirects to {next}, which is not https://; refused",
+                        via(url, &current)
+                    ));
+                }
+                current = next.into();
+                continue;
+            }
+            if status != http::StatusCode::OK {
+                return Err(format!(
+                    "{}: the server answered {status}",
+                    via(url, &current)
+                ));
+            }
+            let body = Limited::new(response.into_body(), MAX_COMPONENT_BYTES)
+                .collect()
+                .await
+                .map_err(|e| format!("{}: reading the body failed: {e}", via(url, &current)))?;
+            return Ok(body.to_bytes().to_vec());
         }
-        let body = Limited::new(response.into_body(), MAX_COMPONENT_BYTES)
-            .collect()
-            .await
-            .map_err(|e| format!("{url}: reading the body failed: {e}"))?;
-        Ok(body.to_bytes().to_vec())
+        Err(format!(
+            "{url}: more than {MAX_REDIRECTS} redirects (last to {current})"
+        ))
     };
     tokio::time::timeout(DOWNLOAD_TIMEOUT, download)
         .await
@@ -237,6 +275,15 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
                 "{url}: no complete answer within {DOWNLOAD_TIMEOUT:?}"
             ))
         })
+}
+
+/// `url`, and the URL a redirect led to when it is another.
+fn via(url: &str, current: &str) -> String {
+    if url == current {
+        url.to_owned()
+    } else {
+        format!("{url} (redirected to {current})")
+    }
 }
 
 #[async_trait::async_trait]
