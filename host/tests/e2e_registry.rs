@@ -322,7 +322,13 @@ async fn a_hanging_source_holds_back_neither_the_other_plugins_nor_a_fix() {
         let builtin = plugin_entry(&addr, "routing-istio").expect("routing-istio listed");
         assert_eq!(builtin["ready"], true, "the builtins serve meanwhile: {builtin}");
 
-        // Well within the download's 60 s: the fix replaces the load in progress.
+        // A change that leaves plugins.yaml as it is (a label) lets the load go on; well within
+        // the download's 60 s, the fix replaces it.
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        let label = json!({"metadata": {"labels": {"team": "payments"}}});
+        cms.patch("wasmop-plugins", &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .unwrap();
         set_registry(&client, &ns, &entry("builtin://routing-istio")).await;
         let fixed = eventually("the fixed entry loads", Duration::from_secs(30), async || {
             assert!(
@@ -340,10 +346,10 @@ async fn a_hanging_source_holds_back_neither_the_other_plugins_nor_a_fix() {
             log.contains("plugins still loading after 5s") && log.contains("remote-routing"),
             "the log names what is still loading:\n{log}"
         );
-        assert!(
-            log.contains("changed while plugins were loading; loading its new version instead"),
-            "{log}"
-        );
+        let replaced = log
+            .matches("changed while plugins were loading; loading its new version instead")
+            .count();
+        assert_eq!(replaced, 1, "the fix replaced the load, the label did not:\n{log}");
         silent.abort();
     })
     .await;

@@ -144,6 +144,8 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     // The ConfigMap last loaded, for the Events of retries.
     let mut in_use = ObjectReference::default();
     let mut loading: Option<Loading<'_>> = None;
+    // The `plugins.yaml` of the apply in progress, if that is what is loading.
+    let mut loading_doc: Option<String> = None;
     loop {
         let event = tokio::select! {
             loaded = async {
@@ -152,7 +154,7 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                     None => std::future::pending().await,
                 }
             } => {
-                loading = None;
+                (loading, loading_doc) = (None, None);
                 report(ctx, outbox, &loaded).await;
                 prune_compile_cache(ctx).await;
                 if loaded.retried {
@@ -183,19 +185,32 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                 continue;
             }
         };
+        let initial = matches!(event, Ok(watcher::Event::InitApply(_)));
         let next: Loading<'_> = match event {
             Ok(watcher::Event::Init) => {
                 seen_in_init = false;
                 continue;
             }
-            Ok(watcher::Event::InitApply(cm)) => {
-                seen_in_init = true;
+            Ok(watcher::Event::InitApply(cm) | watcher::Event::Apply(cm)) => {
+                seen_in_init |= initial;
                 in_use = cm.object_ref(&());
-                Box::pin(apply_configmap(ctx, fetch, cm))
-            }
-            Ok(watcher::Event::Apply(cm)) => {
-                in_use = cm.object_ref(&());
-                Box::pin(apply_configmap(ctx, fetch, cm))
+                let doc = registry_doc(&cm).cloned();
+                if loading.is_some() && doc.is_some() && doc == loading_doc {
+                    // The same document (a re-list, or a change of labels): let it finish.
+                    continue;
+                }
+                if loading
+                    .replace(Box::pin(apply_configmap(ctx, fetch, cm)))
+                    .is_some()
+                {
+                    tracing::info!(
+                        "ConfigMap {} changed while plugins were loading; loading its new \
+                         version instead",
+                        registry::CONFIGMAP_NAME
+                    );
+                }
+                loading_doc = doc;
+                continue;
             }
             Ok(watcher::Event::InitDone) if !seen_in_init => {
                 // No ConfigMap to attach the Event to: it goes on the operator's namespace.
@@ -232,17 +247,20 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                 registry::CONFIGMAP_NAME
             );
         }
+        loading_doc = None;
     }
     anyhow::bail!("the ConfigMap watch ended")
+}
+
+/// The `plugins.yaml` of `cm`, if it has one.
+fn registry_doc(cm: &ConfigMap) -> Option<&String> {
+    cm.data.as_ref()?.get(registry::CONFIGMAP_KEY)
 }
 
 /// Applies `cm`'s registry, or falls back to the builtins when it is invalid.
 async fn apply_configmap(ctx: &Context, fetch: &KubeFetch, cm: ConfigMap) -> Loaded {
     let reference = cm.object_ref(&());
-    let doc = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(registry::CONFIGMAP_KEY));
+    let doc = registry_doc(&cm);
     let parsed = match doc {
         None => Err(format!("key {} is missing", registry::CONFIGMAP_KEY)),
         Some(doc) => RegistryConfig::parse(doc),
