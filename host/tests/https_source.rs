@@ -7,6 +7,14 @@ use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop::plugins::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
 use wasmop_tests::tls::{self, TestCa};
 
+/// The error of downloading `https://localhost:{port}/dr.wasm` as `fetch` does.
+async fn refused_download(port: u16, fetch: &LocalFetch) -> String {
+    let url = format!("https://localhost:{port}/dr.wasm");
+    wasmop::plugins::registry::https_get(&url, fetch.extra_ca_pem.as_deref())
+        .await
+        .expect_err("the download is refused")
+}
+
 #[tokio::test]
 async fn https_sources_are_downloaded_verified_and_loaded() {
     let ca = TestCa::new("wasmop test CA");
@@ -47,12 +55,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     // A server the CA did not sign is refused.
     let rogue_server = TestCa::new("rogue CA").server_config(&["localhost"]);
     let (rogue_port, _) = tls::serve(rogue_server, wasm.clone()).await;
-    let err = wasmop::plugins::registry::https_get(
-        &format!("https://localhost:{rogue_port}/dr.wasm"),
-        fetch.extra_ca_pem.as_deref(),
-    )
-    .await
-    .unwrap_err();
+    let err = refused_download(rogue_port, &fetch).await;
     assert!(err.contains("localhost"), "{err}");
     assert!(
         err.contains("invalid peer certificate: UnknownIssuer"),
@@ -77,23 +80,13 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
         "http://localhost:1/dr.wasm",
     )
     .await;
-    let err = wasmop::plugins::registry::https_get(
-        &format!("https://localhost:{plain}/dr.wasm"),
-        fetch.extra_ca_pem.as_deref(),
-    )
-    .await
-    .unwrap_err();
+    let err = refused_download(plain, &fetch).await;
     assert!(
         err.ends_with("redirects to http://localhost:1/dr.wasm, which is not https://; refused"),
         "{err}"
     );
     let looping = tls::redirect(ca.server_config(&["localhost"]), "/again").await;
-    let err = wasmop::plugins::registry::https_get(
-        &format!("https://localhost:{looping}/dr.wasm"),
-        fetch.extra_ca_pem.as_deref(),
-    )
-    .await
-    .unwrap_err();
+    let err = refused_download(looping, &fetch).await;
     assert_eq!(
         err,
         format!(
