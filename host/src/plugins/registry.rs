@@ -581,22 +581,23 @@ impl Registry {
         }
         let mut loads = futures::stream::iter(loads).buffer_unordered(CONCURRENT_LOADS);
         let mut report = ReloadReport::default();
-        let mut done = BTreeSet::new();
         if let Some(wait) = wait {
             let deadline = tokio::time::sleep(wait);
             tokio::pin!(deadline);
             loop {
                 tokio::select! {
                     loaded = loads.next() => match loaded {
-                        Some((spec, result)) => {
-                            done.insert(spec.name.clone());
-                            next.settle(&old, spec, result, &mut report);
-                        }
+                        Some((spec, result)) => next.settle(&old, spec, result, &mut report),
                         None => break,
                     },
                     () = &mut deadline => {
+                        let settled: BTreeSet<&String> = report
+                            .loaded
+                            .iter()
+                            .chain(report.failed.iter().map(|(name, _)| name))
+                            .collect();
                         let mut interim = next.clone();
-                        for spec in changed.iter().filter(|s| !done.contains(&s.name)) {
+                        for spec in changed.iter().filter(|s| !settled.contains(&s.name)) {
                             interim.keep_serving(&old, spec);
                             interim.loading.insert(spec.name.clone());
                         }
@@ -702,21 +703,15 @@ impl Registry {
             message: format!("invalid {CONFIGMAP_KEY} entry: {message}"),
             at_source: false,
         };
-        check_entry(spec).map_err(invalid)?;
-        let source = Source::parse(&spec.source).map_err(invalid)?;
-        let bytes: std::borrow::Cow<'static, [u8]> = match &source {
-            Source::Builtin(name) => builtin::find(name)
-                .map(|b| std::borrow::Cow::Borrowed(b.wasm))
-                .ok_or_else(|| LoadError {
-                    plugin: spec.name.clone(),
-                    message: builtin::unknown(name),
-                    at_source: false,
-                })?,
-            other => {
-                std::borrow::Cow::Owned(fetch.fetch(other).await.map_err(|message| LoadError {
-                    plugin: spec.name.clone(),
-                    message,
-                    at_source: true,
+        let bytes: std::borrow::Cow<'static, [u8]> = match check_entry(spec).map_err(invalid)? {
+            Checked::Builtin(b) => std::borrow::Cow::Borrowed(b.wasm),
+            Checked::Fetched(source) => {
+                std::borrow::Cow::Owned(fetch.fetch(&source).await.map_err(|message| {
+                    LoadError {
+                        plugin: spec.name.clone(),
+                        message,
+                        at_source: true,
+                    }
                 })?)
             }
         };
@@ -730,10 +725,12 @@ impl Registry {
 /// version keeps serving); only a document that does not parse, or whose names or defaults
 /// do not hold together, is replaced by the builtins.
 ///
+/// Returns where the entry's bytes come from.
+///
 /// # Errors
 /// What is wrong with the entry and how to write it.
-fn check_entry(p: &PluginSpec) -> Result<(), String> {
-    match Source::parse(&p.source)? {
+fn check_entry(p: &PluginSpec) -> Result<Checked, String> {
+    let checked = match Source::parse(&p.source)? {
         Source::Builtin(name) => {
             let b = builtin::find(&name).ok_or_else(|| builtin::unknown(&name))?;
             if b.hook != p.hook {
@@ -742,12 +739,13 @@ fn check_entry(p: &PluginSpec) -> Result<(), String> {
                     b.hook, p.hook
                 ));
             }
+            Checked::Builtin(b)
         }
         _ if p.sha256.as_deref().is_none_or(str::is_empty) => {
             return Err(format!("sha256 is required for source {}", p.source));
         }
-        _ => {}
-    }
+        source => Checked::Fetched(source),
+    };
     if p.limits.timeout_ms == 0 || p.limits.memory_mib == 0 || p.limits.max_output_kib == 0 {
         return Err("limits must be positive".to_owned());
     }
@@ -763,7 +761,16 @@ fn check_entry(p: &PluginSpec) -> Result<(), String> {
             "grants.readOnlyDir {dir:?} must be an absolute path in the operator's container"
         ));
     }
-    Ok(())
+    Ok(checked)
+}
+
+/// The source of an entry that passed [`check_entry`].
+#[derive(Debug)]
+enum Checked {
+    /// Embedded in the binary.
+    Builtin(&'static builtin::Builtin),
+    /// To fetch, then verify against the entry's sha256.
+    Fetched(Source),
 }
 
 fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {

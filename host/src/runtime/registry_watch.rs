@@ -143,18 +143,18 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let mut backoff = Backoff::default();
     // The ConfigMap last loaded, for the Events of retries.
     let mut in_use = ObjectReference::default();
-    let mut loading: Option<Loading<'_>> = None;
-    // The `plugins.yaml` of the apply in progress, if that is what is loading.
-    let mut loading_doc: Option<String> = None;
+    // The load in progress, with the `plugins.yaml` it applies (none for a retry or the
+    // builtins).
+    let mut loading: Option<(Loading<'_>, Option<String>)> = None;
     loop {
         let event = tokio::select! {
             loaded = async {
                 match loading.as_mut() {
-                    Some(load) => load.await,
+                    Some((load, _)) => load.await,
                     None => std::future::pending().await,
                 }
             } => {
-                (loading, loading_doc) = (None, None);
+                loading = None;
                 report(ctx, outbox, &loaded).await;
                 prune_compile_cache(ctx).await;
                 if loaded.retried {
@@ -174,19 +174,20 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
             }
             () = backoff.due(), if loading.is_none() => {
                 let reference = in_use.clone();
-                loading = Some(Box::pin(async move {
+                let retry: Loading<'_> = Box::pin(async move {
                     Loaded {
                         report: ctx.registry.retry(fetch).await,
                         reference,
                         fallback: None,
                         retried: true,
                     }
-                }));
+                });
+                loading = Some((retry, None));
                 continue;
             }
         };
         let initial = matches!(event, Ok(watcher::Event::InitApply(_)));
-        let next: Loading<'_> = match event {
+        let next: (Loading<'_>, Option<String>) = match event {
             Ok(watcher::Event::Init) => {
                 seen_in_init = false;
                 continue;
@@ -195,22 +196,11 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                 seen_in_init |= initial;
                 in_use = cm.object_ref(&());
                 let doc = registry_doc(&cm).cloned();
-                if loading.is_some() && doc.is_some() && doc == loading_doc {
+                if doc.is_some() && loading.as_ref().is_some_and(|(_, d)| *d == doc) {
                     // The same document (a re-list, or a change of labels): let it finish.
                     continue;
                 }
-                if loading
-                    .replace(Box::pin(apply_configmap(ctx, fetch, cm)))
-                    .is_some()
-                {
-                    tracing::info!(
-                        "ConfigMap {} changed while plugins were loading; loading its new \
-                         version instead",
-                        registry::CONFIGMAP_NAME
-                    );
-                }
-                loading_doc = doc;
-                continue;
+                (Box::pin(apply_configmap(ctx, fetch, cm)), doc)
             }
             Ok(watcher::Event::InitDone) if !seen_in_init => {
                 // No ConfigMap to attach the Event to: it goes on the operator's namespace.
@@ -220,22 +210,16 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                     name: Some(ctx.namespace().to_owned()),
                     ..ObjectReference::default()
                 };
-                Box::pin(fall_back(
-                    ctx,
-                    fetch,
-                    "not found",
-                    ns,
-                    "PluginsConfigMissing",
-                ))
+                let missing = fall_back(ctx, fetch, "not found", ns, "PluginsConfigMissing");
+                (Box::pin(missing), None)
             }
             Ok(watcher::Event::InitDone) => continue,
-            Ok(watcher::Event::Delete(cm)) => Box::pin(fall_back(
-                ctx,
-                fetch,
-                "was deleted",
-                cm.object_ref(&()),
-                "PluginsConfigDeleted",
-            )),
+            Ok(watcher::Event::Delete(cm)) => {
+                let reference = cm.object_ref(&());
+                let deleted =
+                    fall_back(ctx, fetch, "was deleted", reference, "PluginsConfigDeleted");
+                (Box::pin(deleted), None)
+            }
             Err(e) => {
                 tracing::warn!("watching ConfigMap {}: {e}", registry::CONFIGMAP_NAME);
                 continue;
@@ -247,7 +231,6 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
                 registry::CONFIGMAP_NAME
             );
         }
-        loading_doc = None;
     }
     anyhow::bail!("the ConfigMap watch ended")
 }
