@@ -1204,3 +1204,39 @@ fn routes_failure(http: &str) -> Failure {
         Err(e) => Failure::InvalidOutput(format!("route: `http` is not JSON: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A load compiles only with the runtime's one compile permit (a large component peaks at
+    /// hundreds of MiB while compiling, docs/plugins.md "Memory to compile"): while another
+    /// compile holds it, the load does not finish; released, it does.
+    #[tokio::test]
+    async fn a_load_waits_for_the_compile_permit() {
+        let runtime = PluginRuntime::new(RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap();
+        let b = builtin::find("none").unwrap();
+        let spec = PluginSpec::new(b.name, b.hook, &format!("builtin://{}", b.name));
+        let alone = Instant::now();
+        runtime.load(&spec, b.wasm).await.expect("loads");
+        let alone = alone.elapsed();
+
+        let held = runtime.compiles.clone().acquire_owned().await.unwrap();
+        let load = runtime.load(&spec, b.wasm);
+        tokio::pin!(load);
+        // Three times as long as the same load took with the permit free.
+        let wait = (alone * 3).max(Duration::from_millis(500));
+        assert!(
+            tokio::time::timeout(wait, &mut load).await.is_err(),
+            "the load finished within {wait:?} while another compile held the permit"
+        );
+        drop(held);
+        load.await.expect("loads once the permit is free");
+    }
+}
