@@ -3,7 +3,9 @@
 //! by sha256, and refused when the server's certificate is not trusted. Redirects are followed
 //! to `https://` URLs only.
 
-use wasmop::plugins::registry::{LocalFetch, Registry, RegistryConfig};
+use wasmop::plugins::registry::{
+    CONNECT_TIMEOUT, DOWNLOAD_TIMEOUT, LocalFetch, Registry, RegistryConfig,
+};
 use wasmop::plugins::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
 use wasmop_tests::tls::{self, TestCa};
 
@@ -108,4 +110,36 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     );
     assert!(!err.contains("Error("), "no Debug dump: {err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host that drops the connection attempt (a firewall, a wrong address): the download fails
+/// after [`CONNECT_TIMEOUT`] with that cause, not after the whole download's timeout. The clock
+/// is paused and advances when the runtime has nothing to do; the connect really hangs: the
+/// listener's accept queue (backlog 0) is full, so the kernel drops the SYNs.
+#[tokio::test(start_paused = true)]
+async fn a_host_that_does_not_answer_fails_at_the_connect_timeout() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _queued = tokio::net::TcpStream::connect(addr).await.unwrap();
+
+    let url = format!("https://{addr}/dr.wasm");
+    let started = tokio::time::Instant::now();
+    let err = wasmop::plugins::registry::https_get(&url, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "{url}: no connection within 10s: the host does not answer (is it reachable from \
+             the operator's network?)"
+        )
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= CONNECT_TIMEOUT && waited < DOWNLOAD_TIMEOUT,
+        "{waited:?}"
+    );
+    drop(listener);
 }

@@ -183,6 +183,10 @@ pub struct LocalFetch {
 pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
 /// Time allowed for downloading one component.
 pub const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Time allowed for the TCP connection of one `https://` request (the first, or one a redirect
+/// leads to): a host that drops packets (a firewall) fails the entry with that cause instead
+/// of the download timeout.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The system's trusted roots, read once per process (as rustls-native-certs advises): a
 /// retried download does not read them again.
@@ -206,15 +210,19 @@ pub const MAX_REDIRECTS: usize = 5;
 /// # Errors
 /// A message naming the URL: TLS or connection failure, a status other than 200 (after
 /// redirects), a redirect to a URL that is not `https://` or more than [`MAX_REDIRECTS`] of
-/// them, a body over [`MAX_COMPONENT_BYTES`], or a download past [`DOWNLOAD_TIMEOUT`].
+/// them, a body over [`MAX_COMPONENT_BYTES`], no connection within [`CONNECT_TIMEOUT`], or a
+/// download past [`DOWNLOAD_TIMEOUT`].
 pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>, String> {
     use http_body_util::{BodyExt, Empty, Limited};
     let tls = super::http_pool::tls_config(SYSTEM_ROOTS.clone(), extra_ca_pem)?;
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
         .enable_http1()
-        .build();
+        .wrap_connector(tcp);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, Empty<bytes::Bytes>>(connector);
     let download = async {
@@ -225,10 +233,17 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
                 .map_err(|e| format!("{url}: not a valid URL {current}: {e}"))?;
             // The chain of causes, e.g. "client error (Connect): tcp connect error: Connection
             // refused (os error 111)", rather than the client's nested Debug dump.
-            let response = client
-                .get(uri)
-                .await
-                .map_err(|e| format!("{}: {:#}", via(url, &current), anyhow::Error::from(e)))?;
+            let response = client.get(uri).await.map_err(|e| {
+                if timed_out(&e) {
+                    format!(
+                        "{}: no connection within {CONNECT_TIMEOUT:?}: the host does not answer \
+                         (is it reachable from the operator's network?)",
+                        via(url, &current)
+                    )
+                } else {
+                    format!("{}: {:#}", via(url, &current), anyhow::Error::from(e))
+                }
+            })?;
             let status = response.status();
             if status.is_redirection()
                 && let Some(location) = response.headers().get(http::header::LOCATION)
@@ -275,6 +290,20 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
                 "{url}: no complete answer within {DOWNLOAD_TIMEOUT:?}"
             ))
         })
+}
+
+/// Whether `e` is a connect that ran out of [`CONNECT_TIMEOUT`].
+fn timed_out(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// `url`, and the URL a redirect led to when it is another.
