@@ -175,7 +175,7 @@ fn client_error(e: hyper_util::client::legacy::Error) -> Error {
 
 /// `e` and its causes, outermost first. An I/O error's `source()` skips the error it wraps
 /// (TLS failures arrive as rustls' error inside two of them), so that one is taken instead.
-fn causes<'a>(
+pub(crate) fn causes<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
     std::iter::successors(Some(e), |c| {

@@ -294,16 +294,11 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
 
 /// Whether `e` is a connect that ran out of [`CONNECT_TIMEOUT`].
 fn timed_out(e: &hyper_util::client::legacy::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        if c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
+    e.is_connect()
+        && super::http_pool::causes(e).any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        })
 }
 
 /// `url`, and the URL a redirect led to when it is another.
