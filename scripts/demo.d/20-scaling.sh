@@ -198,4 +198,6 @@ echo "Events of ElasticService web:"
 uid=$(kubectl get elasticservice web -n "$ns" -o jsonpath='{.metadata.uid}')
 kubectl get events -n "$ns" --field-selector "involvedObject.uid=$uid" \
   -o custom-columns=REASON:.reason,MESSAGE:.message --sort-by=.metadata.creationTimestamp
-echo "(namespace $ns is left for you to look at; delete it with: kubectl delete namespace $ns)"
+echo "(namespace $ns is left for you to look at; delete it with: kubectl delete namespace $ns."
+echo " Prometheus and the resolver stop with this step, so the operator's next poll of web reports"
+echo " TriggerFailed: connection refused, as it would for a Prometheus that went away.)"
