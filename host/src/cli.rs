@@ -61,6 +61,9 @@ pub enum PluginCommand {
         /// Settings JSON passed to `validate-settings`.
         #[arg(long, default_value = "{}")]
         settings: String,
+        /// Limits and grants `validate-settings` runs under, as a registry entry's.
+        #[command(flatten)]
+        entry: EntryOptions,
     },
     /// Check a registry offline: parse its `plugins.yaml` as the operator does and load each
     /// entry with its settings, limits and grants.
@@ -93,8 +96,9 @@ pub enum PluginCommand {
     },
 }
 
-/// What a `plugins.yaml` entry sets besides its source and settings, for `wasmop plugin run`:
-/// the defaults are the production limits and no grants, as for an entry that sets none.
+/// What a `plugins.yaml` entry sets besides its source and settings, for `wasmop plugin check`
+/// and `wasmop plugin run`: the defaults are the production limits and no grants, as for an
+/// entry that sets none.
 #[derive(Debug, clap::Args)]
 pub struct EntryOptions {
     /// Let the plugin reach HOST (any port) or HOST:PORT over `wasi:http`, as an entry's
@@ -229,7 +233,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             plugin,
             hook,
             settings,
-        }) => plugin_check(&plugin, hook, &settings).await,
+            entry,
+        }) => plugin_check(&plugin, hook, &settings, &entry).await,
         Command::Plugin(PluginCommand::CheckRegistry {
             file,
             extra_ca_file,
@@ -254,15 +259,19 @@ async fn plugin_check(
     plugin: &str,
     hook: Option<Hook>,
     settings: &str,
+    entry: &EntryOptions,
 ) -> anyhow::Result<ExitCode> {
     let (bytes, name) = read_plugin(plugin).await?;
-    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
+    let runtime = PluginRuntime::new(entry.runtime_options()?)?;
     let settings = settings_value(settings)?;
+    let (limits, grants) = (entry.limits(), entry.grants()?);
     let hooks: Vec<Hook> = hook.map_or_else(|| Hook::ALL.to_vec(), |h| vec![h]);
     let mut failures: Vec<(Hook, String)> = Vec::new();
     for h in hooks {
         let mut spec = PluginSpec::new(&name, h, plugin);
         spec.settings = Some(settings.clone());
+        spec.limits = limits.clone();
+        spec.grants = grants.clone();
         match runtime.load(&spec, &bytes).await {
             Ok(p) => {
                 let (pname, version) = p.info();

@@ -104,6 +104,41 @@ fn check_says_what_a_file_is_when_it_is_no_component() {
     assert_says(&out, r#"unknown builtin "nope" (known: routing-istio,"#);
 }
 
+/// `validate-settings` runs under the limits and grants given as flags, as an entry's would:
+/// a plugin that reads a file its entry grants is checked with that grant.
+#[test]
+fn check_runs_validate_settings_under_the_entry_flags() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-check-grants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("marker"), "x").unwrap();
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let check = |settings: &str, flags: &[&str]| {
+        let mut args = vec!["plugin", "check", &fixture, "--hook", "routing"];
+        args.extend(["--settings", settings]);
+        args.extend(flags);
+        wasmop(&args)
+    };
+    let reads = r#"{"read":"/data/marker"}"#;
+
+    let denied = check(reads, &[]);
+    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied));
+    assert_says(&denied, "settings rejected");
+    assert_says(&denied, "read /data/marker");
+
+    let granted = check(reads, &["--read-only-dir", dir.to_str().unwrap()]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    assert_says(&granted, "settings accepted");
+
+    let slow = check(r#"{"loop":true}"#, &["--timeout-ms", "120"]);
+    assert_eq!(slow.status.code(), Some(1), "{}", text(&slow));
+    assert_says(&slow, "timed out after 120 ms (limits.timeoutMs)");
+
+    let missing = check("{}", &["--read-only-dir", "/nonexistent/wasmop"]);
+    assert!(!missing.status.success(), "{}", text(&missing));
+    assert_says(&missing, "cannot read --read-only-dir /nonexistent/wasmop");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn run_prints_the_decision_as_json() {
     let dir = std::env::temp_dir().join(format!("wasmop-cli-run-{}", std::process::id()));
