@@ -266,7 +266,7 @@ async fn plugin_check(
     let settings = settings_value(settings)?;
     let (limits, grants) = (entry.limits(), entry.grants()?);
     let hooks: Vec<Hook> = hook.map_or_else(|| Hook::ALL.to_vec(), |h| vec![h]);
-    let mut failures: Vec<(Hook, String)> = Vec::new();
+    let mut failures: Vec<(Hook, crate::plugins::LoadError)> = Vec::new();
     for h in hooks {
         let mut spec = PluginSpec::new(&name, h, plugin);
         spec.settings = Some(settings.clone());
@@ -282,16 +282,26 @@ async fn plugin_check(
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            Err(e) => failures.push((h, e.message)),
+            Err(e) => failures.push((h, e)),
         }
     }
-    // A file that is no component fails every hook alike: say it once.
-    let why = if failures.windows(2).all(|w| w[0].1 == w[1].1) {
-        format!(" {}", failures[0].1)
+    // A component that exports one hook's world failed as that hook: the others' "does not
+    // export" lines say nothing more.
+    if failures.iter().any(|(_, e)| !e.wrong_world) {
+        failures.retain(|(_, e)| !e.wrong_world);
+    }
+    // A file that is no component fails every hook alike: say it once. A hook left alone of
+    // several is named.
+    let why = if failures
+        .windows(2)
+        .all(|w| w[0].1.message == w[1].1.message)
+        && (failures.len() > 1 || hook.is_some())
+    {
+        format!(" {}", failures[0].1.message)
     } else {
         failures
             .iter()
-            .map(|(h, m)| format!("\n  {h}: {m}"))
+            .map(|(h, e)| format!("\n  {h}: {}", e.message))
             .collect()
     };
     println!("FAIL: {plugin} is not a usable wasmop plugin:{why}");

@@ -62,7 +62,15 @@ fn check_finds_the_world_and_validates_settings() {
         r#"{"colour":"red"}"#,
     ]);
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
-    assert!(text(&bad).contains("settings rejected"), "{}", text(&bad));
+    assert_says(
+        &bad,
+        "not a usable wasmop plugin:\n  routing: settings rejected",
+    );
+    assert!(
+        !text(&bad).contains("does not export"),
+        "only the hook whose world it exports is reported: {}",
+        text(&bad)
+    );
 }
 
 /// What is not a component is said once, in words, whatever the hook; builtins are checked

@@ -288,6 +288,10 @@ pub struct LoadError {
     /// matched (compiling, `info`, `validate-settings`) gives the same answer for the same
     /// bytes and settings.
     pub at_source: bool,
+    /// Whether the component does not export the hook's world (another world, or another
+    /// version of the package): `plugin check` then reports only the hooks whose world it does
+    /// export.
+    pub wrong_world: bool,
 }
 
 /// The engine, linker, compile cache and call semaphore shared by all plugins.
@@ -537,7 +541,7 @@ impl PluginRuntime {
         digest: &str,
         hook: Hook,
         bytes: &[u8],
-    ) -> Result<(Arc<WorldPre>, Option<Origin>), String> {
+    ) -> Result<(Arc<WorldPre>, Option<Origin>), (String, bool)> {
         let key = (digest.to_owned(), hook);
         let mut pres = self.pres.lock().unwrap_or_else(|e| e.into_inner());
         pres.retain(|_, weak| weak.strong_count() > 0);
@@ -547,7 +551,7 @@ impl PluginRuntime {
         let (component, origin) = self
             .cache
             .load(&self.engine, digest, bytes)
-            .map_err(|e| not_a_component(bytes, &e))?;
+            .map_err(|e| (not_a_component(bytes, &e), false))?;
         let pre = Arc::new(WorldPre::new(&self.linker, &component, hook)?);
         pres.insert(key, Arc::downgrade(&pre));
         Ok((pre, Some(origin)))
@@ -570,6 +574,7 @@ impl PluginRuntime {
             plugin: spec.name.clone(),
             message,
             at_source: false,
+            wrong_world: false,
         };
         let most = POOLING_MAX_MEMORY >> 20;
         if self.pooled && spec.limits.memory_bytes() > POOLING_MAX_MEMORY {
@@ -599,17 +604,19 @@ impl PluginRuntime {
                 return Err((
                     format!("sha256 mismatch: the registry says {want}, the component is {digest}"),
                     true,
+                    false,
                 ));
             }
             let (pre, origin) = this
                 .pre_for(&digest, hook, &bytes)
-                .map_err(|e| (e, false))?;
+                .map_err(|(e, wrong_world)| (e, false, wrong_world))?;
             Ok((digest, pre, origin))
         })
         .await
         .map_err(|e| err(format!("load task failed: {e}")))?
-        .map_err(|(message, at_source)| LoadError {
+        .map_err(|(message, at_source, wrong_world)| LoadError {
             at_source,
+            wrong_world,
             ..err(message)
         })?;
         let mut plugin = Plugin {
@@ -710,16 +717,23 @@ enum WorldPre {
 }
 
 impl WorldPre {
-    fn new(linker: &Linker<Sandbox>, component: &Component, hook: Hook) -> Result<Self, String> {
+    /// # Errors
+    /// What is wrong, and whether it is the world (`true`) rather than the imports.
+    fn new(
+        linker: &Linker<Sandbox>,
+        component: &Component,
+        hook: Hook,
+    ) -> Result<Self, (String, bool)> {
         let world = hook.world();
         let pre = linker.instantiate_pre(component).map_err(|e| {
-            format!(
+            let imports = format!(
                 "imports do not match what the host provides (wasmop:plugin/log and WASI p2): {e:#}"
-            )
+            );
+            (imports, false)
         })?;
         Self::typed(pre.clone(), hook).map_err(|e| {
             // Name the world it does export, if it is another of ours.
-            match Hook::ALL
+            let message = match Hook::ALL
                 .into_iter()
                 .find(|&h| h != hook && Self::typed(pre.clone(), h).is_ok())
             {
@@ -731,7 +745,8 @@ impl WorldPre {
                 None => format!(
                     "does not export the {world} world of wasmop:plugin@0.1.0 (wrong world or version?): {e:#}"
                 ),
-            }
+            };
+            (message, true)
         })
     }
 

@@ -726,6 +726,7 @@ impl Registry {
             plugin: spec.name.clone(),
             message: format!("invalid {CONFIGMAP_KEY} entry: {message}"),
             at_source: false,
+            wrong_world: false,
         };
         let bytes: std::borrow::Cow<'static, [u8]> = match check_entry(spec).map_err(invalid)? {
             Checked::Builtin(b) => std::borrow::Cow::Borrowed(b.wasm),
@@ -735,6 +736,7 @@ impl Registry {
                         plugin: spec.name.clone(),
                         message,
                         at_source: true,
+                        wrong_world: false,
                     }
                 })?)
             }
