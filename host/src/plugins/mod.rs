@@ -294,6 +294,18 @@ pub struct LoadError {
     pub wrong_world: bool,
 }
 
+impl LoadError {
+    /// A failure of `plugin` past its source and world (both flags false).
+    pub fn new(plugin: &str, message: String) -> Self {
+        Self {
+            plugin: plugin.to_owned(),
+            message,
+            at_source: false,
+            wrong_world: false,
+        }
+    }
+}
+
 /// The engine, linker, compile cache and call semaphore shared by all plugins.
 pub struct PluginRuntime {
     engine: Engine,
@@ -570,12 +582,7 @@ impl PluginRuntime {
         spec: &PluginSpec,
         bytes: &[u8],
     ) -> Result<Arc<Plugin>, LoadError> {
-        let err = |message: String| LoadError {
-            plugin: spec.name.clone(),
-            message,
-            at_source: false,
-            wrong_world: false,
-        };
+        let err = |message: String| LoadError::new(&spec.name, message);
         let most = POOLING_MAX_MEMORY >> 20;
         if self.pooled && spec.limits.memory_bytes() > POOLING_MAX_MEMORY {
             return Err(err(format!(
@@ -586,8 +593,13 @@ impl PluginRuntime {
             )));
         }
         let started = Instant::now();
-        let (this, hook, want, bytes) =
-            (self.clone(), spec.hook, spec.sha256.clone(), bytes.to_vec());
+        let (this, name, hook, want, bytes) = (
+            self.clone(),
+            spec.name.clone(),
+            spec.hook,
+            spec.sha256.clone(),
+            bytes.to_vec(),
+        );
         let compiling = self
             .compiles
             .clone()
@@ -601,24 +613,23 @@ impl PluginRuntime {
             if let Some(want) = want.as_deref().filter(|s| !s.is_empty())
                 && !want.eq_ignore_ascii_case(&digest)
             {
-                return Err((
-                    format!("sha256 mismatch: the registry says {want}, the component is {digest}"),
-                    true,
-                    false,
-                ));
+                let message =
+                    format!("sha256 mismatch: the registry says {want}, the component is {digest}");
+                return Err(LoadError {
+                    at_source: true,
+                    ..LoadError::new(&name, message)
+                });
             }
-            let (pre, origin) = this
-                .pre_for(&digest, hook, &bytes)
-                .map_err(|(e, wrong_world)| (e, false, wrong_world))?;
+            let (pre, origin) =
+                this.pre_for(&digest, hook, &bytes)
+                    .map_err(|(message, wrong_world)| LoadError {
+                        wrong_world,
+                        ..LoadError::new(&name, message)
+                    })?;
             Ok((digest, pre, origin))
         })
         .await
-        .map_err(|e| err(format!("load task failed: {e}")))?
-        .map_err(|(message, at_source, wrong_world)| LoadError {
-            at_source,
-            wrong_world,
-            ..err(message)
-        })?;
+        .map_err(|e| err(format!("load task failed: {e}")))??;
         let mut plugin = Plugin {
             runtime: self.clone(),
             spec: spec.clone(),

@@ -722,21 +722,19 @@ impl Registry {
         spec: &PluginSpec,
         fetch: &dyn Fetch,
     ) -> Result<Arc<Plugin>, LoadError> {
-        let invalid = |message: String| LoadError {
-            plugin: spec.name.clone(),
-            message: format!("invalid {CONFIGMAP_KEY} entry: {message}"),
-            at_source: false,
-            wrong_world: false,
+        let invalid = |message: String| {
+            LoadError::new(
+                &spec.name,
+                format!("invalid {CONFIGMAP_KEY} entry: {message}"),
+            )
         };
         let bytes: std::borrow::Cow<'static, [u8]> = match check_entry(spec).map_err(invalid)? {
             Checked::Builtin(b) => std::borrow::Cow::Borrowed(b.wasm),
             Checked::Fetched(source) => {
                 std::borrow::Cow::Owned(fetch.fetch(&source).await.map_err(|message| {
                     LoadError {
-                        plugin: spec.name.clone(),
-                        message,
                         at_source: true,
-                        wrong_world: false,
+                        ..LoadError::new(&spec.name, message)
                     }
                 })?)
             }
