@@ -944,14 +944,21 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
     let api: Api<DynamicEnv> =
         Api::namespaced(r.ctx.client.clone(), &de.namespace().unwrap_or_default());
     r.ctx.writer.check()?;
-    finalizer(&api, FINALIZER, de, |event| async move {
+    let object = de_key(&de);
+    let result = finalizer(&api, FINALIZER, de, |event| async move {
         match event {
             Finalizer::Apply(de) => r.apply(de).await,
             Finalizer::Cleanup(de) => r.cleanup(de).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .await;
+    match result {
+        Err(e) if crate::runtime::deleted_meanwhile(&e) => {
+            tracing::debug!(dynamicenv = %object, "already deleted: {e}");
+            Ok(Action::await_change())
+        }
+        other => other.map_err(|e| Error::Finalizer(Box::new(e))),
+    }
 }
 
 fn error_policy(de: Arc<DynamicEnv>, e: &Error, _r: Arc<Routing>) -> Action {
@@ -1173,7 +1180,11 @@ mod tests {
     /// A controller whose client points at a closed port (any request fails) and whose
     /// caches are empty.
     fn unreachable() -> (Arc<Context>, Routing) {
-        let ctx = crate::runtime::test_support::unreachable_context(&[]);
+        routing_with(crate::runtime::test_support::unreachable_context(&[]))
+    }
+
+    /// A controller on `ctx` whose caches are empty.
+    fn routing_with(ctx: Arc<Context>) -> (Arc<Context>, Routing) {
         let caches = Caches {
             dynamic_envs: reflector::store().0,
             deployments: reflector::store().0,
@@ -1209,6 +1220,42 @@ mod tests {
         let e = reconcile_inner(de, &routing).await.unwrap_err();
         assert!(
             matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::AddFinalizer(_))),
+            "{e}"
+        );
+    }
+
+    /// A DynamicEnv being deleted, as a reflector still shows it: our finalizer, a deletion
+    /// timestamp.
+    fn deleting_de() -> Arc<DynamicEnv> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "wasmop.dev/v1alpha1", "kind": "DynamicEnv",
+                "metadata": {"name": "jason", "namespace": "bookinfo", "uid": "u",
+                             "finalizers": [FINALIZER],
+                             "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"istioMatches": [{"headers": {"end-user": {"exact": "jason"}}}],
+                         "subsets": [{"name": "reviews", "namespace": "bookinfo",
+                                      "containers": [{"containerName": "reviews"}]}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_cleanup_of_a_dynamic_env_already_deleted_is_done_not_failed() {
+        use crate::runtime::test_support::{client_answering, context_with};
+        // The API server no longer has it: removing the finalizer answers 404.
+        let (ctx, routing) = routing_with(context_with(client_answering(404), &[]));
+        ctx.gate().set_active(true);
+        let action = reconcile_inner(deleting_de(), &routing).await.unwrap();
+        assert_eq!(action, Action::await_change());
+
+        // Any other failure to remove the finalizer is still an error, retried.
+        let (ctx, routing) = routing_with(context_with(client_answering(500), &[]));
+        ctx.gate().set_active(true);
+        let e = reconcile_inner(deleting_de(), &routing).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::RemoveFinalizer(_))),
             "{e}"
         );
     }

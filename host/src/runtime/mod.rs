@@ -268,3 +268,21 @@ pub async fn shutdown_signal() {
         _ = term.recv() => {},
     }
 }
+
+/// Whether a finalizer error is only the finalizer's own patch finding the object deleted
+/// (HTTP 404 when adding or removing it).
+///
+/// A reconcile works on the reflector's copy, which can still show an object the API server
+/// has already deleted: typically a second reconcile of a deleted custom resource, queued by an
+/// object it managed, whose cleanup finds nothing left to do and whose finalizer is already
+/// gone. Nothing remains to converge, so the controllers treat it as done rather than as a
+/// failed reconcile to retry.
+pub fn deleted_meanwhile<E: std::error::Error + 'static>(
+    e: &kube::runtime::finalizer::Error<E>,
+) -> bool {
+    use kube::runtime::finalizer::Error as F;
+    matches!(
+        e,
+        F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)) if s.code == 404
+    )
+}

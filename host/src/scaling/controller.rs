@@ -676,14 +676,21 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
     let api: Api<ElasticService> =
         Api::namespaced(s.ctx.client.clone(), &es.namespace().unwrap_or_default());
     s.ctx.writer.check()?;
-    finalizer(&api, FINALIZER, es, |event| async move {
+    let object = key(&es);
+    let result = finalizer(&api, FINALIZER, es, |event| async move {
         match event {
             Finalizer::Apply(es) => s.apply(es).await,
             Finalizer::Cleanup(es) => s.cleanup(es).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .await;
+    match result {
+        Err(e) if crate::runtime::deleted_meanwhile(&e) => {
+            tracing::debug!(elasticservice = %object, "already deleted: {e}");
+            Ok(Action::await_change())
+        }
+        other => other.map_err(|e| Error::Finalizer(Box::new(e))),
+    }
 }
 
 fn error_policy(es: Arc<ElasticService>, e: &Error, _s: Arc<Scaling>) -> Action {
@@ -920,6 +927,39 @@ mod tests {
         let e = reconcile_inner(demanded(), &scaling).await.unwrap_err();
         assert!(
             matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::AddFinalizer(_))),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cleanup_of_an_elastic_service_already_deleted_is_done_not_failed() {
+        use crate::runtime::test_support::{client_answering, context_with};
+        let deleting = || {
+            let mut es = (*demanded()).clone();
+            es.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+            es.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-01-01T00:00:00Z".parse().unwrap(),
+                ));
+            Arc::new(es)
+        };
+        // The API server has none of it any more (the workload, the resolver's EndpointSlice,
+        // the private Service, the ElasticService itself): every request answers 404.
+        let ctx = context_with(client_answering(404), &[]);
+        ctx.gate().set_active(true);
+        let action = reconcile_inner(deleting(), &Scaling::new(ctx))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+
+        // Any other failure is still an error, retried.
+        let ctx = context_with(client_answering(500), &[]);
+        ctx.gate().set_active(true);
+        let e = reconcile_inner(deleting(), &Scaling::new(ctx))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::CleanupFailed(_))),
             "{e}"
         );
     }

@@ -265,6 +265,7 @@ pub async fn set_keda_paused(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::test_support::client_answering;
 
     fn r(api_version: &str, kind: &str) -> ScaleTargetRef {
         ScaleTargetRef {
@@ -304,26 +305,6 @@ mod tests {
             "an autoscaler's larger count is kept on scale-up"
         );
         assert!(needs_scale(1, 2));
-    }
-
-    /// A client whose API server answers every request with `status` and a Status body.
-    fn client_answering(status: u16) -> Client {
-        let body = format!(
-            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"answer {status}","reason":"NotFound","code":{status}}}"#
-        );
-        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
-            let body = body.clone();
-            async move {
-                Ok::<_, std::convert::Infallible>(
-                    http::Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                        .unwrap(),
-                )
-            }
-        });
-        Client::new(service, "default")
     }
 
     #[tokio::test]
