@@ -952,13 +952,8 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
         }
     })
     .await;
-    match result {
-        Err(e) if crate::runtime::deleted_meanwhile(&e) => {
-            tracing::debug!(dynamicenv = %object, "already deleted: {e}");
-            Ok(Action::await_change())
-        }
-        other => other.map_err(|e| Error::Finalizer(Box::new(e))),
-    }
+    crate::runtime::unless_deleted_meanwhile(result, &object)
+        .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn error_policy(de: Arc<DynamicEnv>, e: &Error, _r: Arc<Routing>) -> Action {

@@ -684,13 +684,8 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
         }
     })
     .await;
-    match result {
-        Err(e) if crate::runtime::deleted_meanwhile(&e) => {
-            tracing::debug!(elasticservice = %object, "already deleted: {e}");
-            Ok(Action::await_change())
-        }
-        other => other.map_err(|e| Error::Finalizer(Box::new(e))),
-    }
+    crate::runtime::unless_deleted_meanwhile(result, &object)
+        .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn error_policy(es: Arc<ElasticService>, e: &Error, _s: Arc<Scaling>) -> Action {
