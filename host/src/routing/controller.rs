@@ -944,7 +944,6 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
     let api: Api<DynamicEnv> =
         Api::namespaced(r.ctx.client.clone(), &de.namespace().unwrap_or_default());
     r.ctx.writer.check()?;
-    let object = de_key(&de);
     let result = finalizer(&api, FINALIZER, de, |event| async move {
         match event {
             Finalizer::Apply(de) => r.apply(de).await,
@@ -952,8 +951,7 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
         }
     })
     .await;
-    crate::runtime::unless_deleted_meanwhile(result, &object)
-        .map_err(|e| Error::Finalizer(Box::new(e)))
+    crate::runtime::unless_deleted_meanwhile(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn error_policy(de: Arc<DynamicEnv>, e: &Error, _r: Arc<Routing>) -> Action {

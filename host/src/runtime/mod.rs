@@ -269,28 +269,27 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// The result of [`kube::runtime::finalizer::finalizer`] for `object` (`namespace/name`),
-/// with the finalizer's own patch finding the object deleted (HTTP 404 when adding or
-/// removing it) turned into `Ok(Action::await_change())`; any other result as it was.
+/// The result of [`kube::runtime::finalizer::finalizer`], with the finalizer's own patch
+/// finding the object deleted (HTTP 404 when adding or removing it) turned into
+/// `Ok(Action::await_change())`; any other result as it was.
 ///
 /// A reconcile works on the reflector's copy, which can still show an object the API server
 /// has already deleted: typically a second reconcile of a deleted custom resource, queued by an
 /// object it managed, whose cleanup finds nothing left to do and whose finalizer is already
-/// gone. Nothing remains to converge, so it is done (a debug log), not a failed reconcile
-/// to retry.
+/// gone. Nothing remains to converge, so it is done (a debug log, in the controller's
+/// `reconciling object` span that names it), not a failed reconcile to retry.
 ///
 /// # Errors
 /// Every other [`kube::runtime::finalizer::Error`], unchanged.
 pub fn unless_deleted_meanwhile<E: std::error::Error + 'static>(
     result: Result<kube::runtime::controller::Action, kube::runtime::finalizer::Error<E>>,
-    object: &str,
 ) -> Result<kube::runtime::controller::Action, kube::runtime::finalizer::Error<E>> {
     use kube::runtime::finalizer::Error as F;
     match result {
         Err(F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)))
             if s.code == 404 =>
         {
-            tracing::debug!(object, "already deleted: {}", s.message);
+            tracing::debug!("already deleted: {}", s.message);
             Ok(kube::runtime::controller::Action::await_change())
         }
         other => other,

@@ -676,7 +676,6 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
     let api: Api<ElasticService> =
         Api::namespaced(s.ctx.client.clone(), &es.namespace().unwrap_or_default());
     s.ctx.writer.check()?;
-    let object = key(&es);
     let result = finalizer(&api, FINALIZER, es, |event| async move {
         match event {
             Finalizer::Apply(es) => s.apply(es).await,
@@ -684,8 +683,7 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
         }
     })
     .await;
-    crate::runtime::unless_deleted_meanwhile(result, &object)
-        .map_err(|e| Error::Finalizer(Box::new(e)))
+    crate::runtime::unless_deleted_meanwhile(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn error_policy(es: Arc<ElasticService>, e: &Error, _s: Arc<Scaling>) -> Action {
