@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use wasmop::plugins::registry::{Fetch, LocalFetch, Registry, RegistryConfig, Source};
+use wasmop::plugins::registry::{
+    CONCURRENT_LOADS, Fetch, LocalFetch, Registry, RegistryConfig, Source,
+};
 use wasmop::plugins::{
     CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
     RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
@@ -797,6 +799,70 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     let report = registry.apply(third(), &fetch).await;
     assert_eq!(report.loaded, ["slow"], "{report:?}");
     assert!(registry.status(Hook::Routing, Some("slow")).ready);
+}
+
+/// A reload loads builtin entries before the others: with as many custom entries as loads run
+/// at once, all of them hanging at their source and listed first, a changed builtin still
+/// loads and serves while they are `Loading`.
+#[tokio::test]
+async fn builtins_load_before_custom_entries_that_hang() {
+    let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
+    let fetch = GatedFetch {
+        gate: tokio::sync::Semaphore::new(0),
+        bytes: router.clone(),
+    };
+    let gated: Vec<String> = (1..=CONCURRENT_LOADS)
+        .map(|i| format!("custom-{i}"))
+        .collect();
+    // Each document moves the custom entries to another path, so that both reloads load them.
+    let doc = |colour: &str| {
+        let mut yaml = String::from("plugins:\n");
+        for name in &gated {
+            yaml.push_str(&format!(
+                "- {{name: {name}, hook: routing, source: 'file:///gated-{colour}-{name}.wasm', \
+                    sha256: {}}}\n",
+                sha256_hex(&router)
+            ));
+        }
+        yaml.push_str(&format!(
+            "- {{name: quick, hook: routing, source: 'builtin://routing-istio', \
+                settings: {{responseHeader: x-{colour}}}}}\n"
+        ));
+        RegistryConfig::parse(&yaml).unwrap()
+    };
+    let registry = Registry::new(runtime());
+    fetch.gate.add_permits(gated.len());
+    let report = registry.apply(doc("first"), &fetch).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    fetch.gate.forget_permits(usize::MAX);
+
+    // Only `quick` and the custom entries changed; the custom ones come first in the document.
+    let swapped = std::sync::Mutex::new(Vec::new());
+    let swap = tokio::sync::Notify::new();
+    let on_swap = |loading: &[String]| {
+        swapped.lock().unwrap().push(loading.to_vec());
+        swap.notify_one();
+    };
+    // Loading `quick` again reuses its compiled component: milliseconds, well within `wait`.
+    let wait = Some(Duration::from_secs(2));
+    let (report, ()) = tokio::join!(
+        registry.apply_notifying(doc("second"), &fetch, wait, &on_swap),
+        async {
+            tokio::time::timeout(Duration::from_secs(30), swap.notified())
+                .await
+                .expect("an interim snapshot while the custom entries load");
+            let quick = registry.status(Hook::Routing, Some("quick"));
+            assert!(quick.ready, "the builtin loaded first: {quick:?}");
+            for name in &gated {
+                let custom = registry.status(Hook::Routing, Some(name));
+                assert_eq!(custom.reason, "Loading", "{custom:?}");
+            }
+            fetch.gate.add_permits(gated.len());
+        },
+    );
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.loaded.len(), gated.len() + 1, "{report:?}");
+    assert_eq!(*swapped.lock().unwrap(), [gated.clone()]);
 }
 
 /// A resource naming an entry of another hook is not ready, in its condition as in its calls.
