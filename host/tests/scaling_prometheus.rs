@@ -286,15 +286,18 @@ async fn unreachable_and_silent_servers_fail_with_their_cause() {
     )
     .await;
     for (addr, says) in [
-        (&closed, "was refused"),
-        (&silent, "timed out after 300 ms"),
+        (
+            &closed,
+            format!("was refused: nothing listens on {closed};"),
+        ),
+        (&silent, "timed out after 300 ms".to_owned()),
     ] {
         let e = plugin.vote(trigger_at(addr)).await.unwrap_err();
         let Failure::Plugin { message, field } = &e.failure else {
             panic!("{addr}: {e}")
         };
         assert_eq!(field.as_deref(), Some("metadata.serverAddress"), "{e}");
-        assert!(message.contains(says), "{addr}: {message}");
+        assert!(message.contains(&says), "{addr}: {message}");
         assert!(!message.starts_with("metadata."), "{addr}: {message}");
     }
 }

@@ -599,13 +599,30 @@ pub enum TransportError {
 /// The error message for a request to `server` (the trigger's `serverAddress`) that got no
 /// response because of `e`; `timeout_ms` is the timeout in force.
 pub fn transport_error(server: &str, e: &TransportError, timeout_ms: u64) -> String {
-    let host = split_url(server).map_or(server, |url| url.authority);
-    let grant = format!("its host ({host}) must be listed in the plugin's grants.allowedHosts");
+    let url = split_url(server).ok();
+    let host = url.as_ref().map_or(server, |url| url.authority);
     match e {
-        TransportError::Denied => format!("request to serverAddress {server} was denied: {grant}"),
-        TransportError::ConnectionRefused => format!(
-            "connection to serverAddress {server} was refused: {grant}, and Prometheus must listen there"
+        TransportError::Denied => format!(
+            "request to serverAddress {server} was denied: its host ({host}) must be listed in \
+             the plugin's grants.allowedHosts"
         ),
+        // The host was granted (a host that is not is denied before any connection).
+        TransportError::ConnectionRefused => {
+            let port = match url {
+                Some(url) if without_port(host) == host => {
+                    if url.https {
+                        ":443"
+                    } else {
+                        ":80"
+                    }
+                }
+                _ => "",
+            };
+            format!(
+                "connection to serverAddress {server} was refused: nothing listens on \
+                 {host}{port}; check that Prometheus runs there and serves that port"
+            )
+        }
         TransportError::Dns => format!("could not resolve the host of serverAddress {server}"),
         TransportError::Timeout => {
             format!("request to serverAddress {server} timed out after {timeout_ms} ms")

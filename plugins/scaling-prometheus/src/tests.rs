@@ -477,11 +477,22 @@ fn http_error_texts() {
         transport_error(s, &TransportError::Denied, 5000),
         "request to serverAddress http://prom.monitoring:9090 was denied: its host (prom.monitoring:9090) must be listed in the plugin's grants.allowedHosts"
     );
-    let refused = transport_error(s, &TransportError::ConnectionRefused, 5000);
-    assert!(
-        refused.contains("http://prom.monitoring:9090") && refused.contains("grants.allowedHosts"),
-        "{refused}"
+    assert_eq!(
+        transport_error(s, &TransportError::ConnectionRefused, 5000),
+        "connection to serverAddress http://prom.monitoring:9090 was refused: nothing listens on \
+         prom.monitoring:9090; check that Prometheus runs there and serves that port"
     );
+    for (s, at) in [
+        ("http://prom/", "prom:80"),
+        ("https://prom.example", "prom.example:443"),
+        ("https://[::1]", "[::1]:443"),
+    ] {
+        let refused = transport_error(s, &TransportError::ConnectionRefused, 1);
+        assert!(
+            refused.contains(&format!("nothing listens on {at};")),
+            "{refused}"
+        );
+    }
     assert_eq!(
         transport_error(s, &TransportError::Timeout, 2500),
         "request to serverAddress http://prom.monitoring:9090 timed out after 2500 ms"
