@@ -722,6 +722,31 @@ impl Fetch for GatedFetch {
     }
 }
 
+/// The interim snapshots of [`Registry::apply_notifying`]: the entries each left loading.
+#[derive(Default)]
+struct Swaps {
+    loading: std::sync::Mutex<Vec<Vec<String>>>,
+    swapped: tokio::sync::Notify,
+}
+
+impl Swaps {
+    fn record(&self, loading: &[String]) {
+        self.loading.lock().unwrap().push(loading.to_vec());
+        self.swapped.notify_one();
+    }
+
+    /// Waits (30 s at most) for the first interim snapshot.
+    async fn first(&self) {
+        tokio::time::timeout(Duration::from_secs(30), self.swapped.notified())
+            .await
+            .expect("an interim snapshot while an entry loads");
+    }
+
+    fn seen(&self) -> Vec<Vec<String>> {
+        self.loading.lock().unwrap().clone()
+    }
+}
+
 /// A reload serves what loaded while one entry still loads: that entry is `Loading`, its last
 /// good version serving, then loads when its source answers. A reload dropped meanwhile (a
 /// newer ConfigMap) leaves the entry to the next one, which loads it again.
@@ -750,19 +775,13 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     let first = registry.status(Hook::Routing, Some("slow"));
     let first_digest = first.serving_digest.clone().unwrap();
 
-    let swapped = std::sync::Mutex::new(Vec::new());
-    let swap = tokio::sync::Notify::new();
-    let on_swap = |loading: &[String]| {
-        swapped.lock().unwrap().push(loading.to_vec());
-        swap.notify_one();
-    };
+    let swaps = Swaps::default();
+    let on_swap = |loading: &[String]| swaps.record(loading);
     let wait = Some(Duration::from_millis(200));
     let (report, ()) = tokio::join!(
         registry.apply_notifying(doc("file:///gated.wasm", "second"), &fetch, wait, &on_swap),
         async {
-            tokio::time::timeout(Duration::from_secs(30), swap.notified())
-                .await
-                .expect("an interim snapshot while the slow entry loads");
+            swaps.first().await;
             let quick = registry.status(Hook::Routing, Some("quick"));
             assert!(quick.ready, "the quick entry serves at once: {quick:?}");
             let slow = registry.status(Hook::Routing, Some("slow"));
@@ -776,7 +795,7 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     );
     assert_eq!(report.loaded, ["quick", "slow"], "{report:?}");
     assert!(report.failed.is_empty(), "{report:?}");
-    assert_eq!(*swapped.lock().unwrap(), [["slow"]]);
+    assert_eq!(swaps.seen(), [["slow"]]);
     let slow = registry.status(Hook::Routing, Some("slow"));
     assert!(slow.ready, "{slow:?}");
 
@@ -837,20 +856,14 @@ async fn builtins_load_before_custom_entries_that_hang() {
     fetch.gate.forget_permits(usize::MAX);
 
     // Only `quick` and the custom entries changed; the custom ones come first in the document.
-    let swapped = std::sync::Mutex::new(Vec::new());
-    let swap = tokio::sync::Notify::new();
-    let on_swap = |loading: &[String]| {
-        swapped.lock().unwrap().push(loading.to_vec());
-        swap.notify_one();
-    };
+    let swaps = Swaps::default();
+    let on_swap = |loading: &[String]| swaps.record(loading);
     // Loading `quick` again reuses its compiled component: milliseconds, well within `wait`.
     let wait = Some(Duration::from_secs(2));
     let (report, ()) = tokio::join!(
         registry.apply_notifying(doc("second"), &fetch, wait, &on_swap),
         async {
-            tokio::time::timeout(Duration::from_secs(30), swap.notified())
-                .await
-                .expect("an interim snapshot while the custom entries load");
+            swaps.first().await;
             let quick = registry.status(Hook::Routing, Some("quick"));
             assert!(quick.ready, "the builtin loaded first: {quick:?}");
             for name in &gated {
@@ -862,7 +875,7 @@ async fn builtins_load_before_custom_entries_that_hang() {
     );
     assert!(report.failed.is_empty(), "{report:?}");
     assert_eq!(report.loaded.len(), gated.len() + 1, "{report:?}");
-    assert_eq!(*swapped.lock().unwrap(), [gated.clone()]);
+    assert_eq!(swaps.seen(), std::slice::from_ref(&gated));
 }
 
 /// A resource naming an entry of another hook is not ready, in its condition as in its calls.
