@@ -709,6 +709,16 @@ struct GatedFetch {
     bytes: Vec<u8>,
 }
 
+impl GatedFetch {
+    /// Serves `bytes` at the gated paths once permits are added to its gate.
+    fn closed(bytes: Vec<u8>) -> Self {
+        Self {
+            gate: tokio::sync::Semaphore::new(0),
+            bytes,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Fetch for GatedFetch {
     async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
@@ -753,10 +763,7 @@ impl Swaps {
 #[tokio::test]
 async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
     let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
-    let fetch = GatedFetch {
-        gate: tokio::sync::Semaphore::new(0),
-        bytes: router.clone(),
-    };
+    let fetch = GatedFetch::closed(router.clone());
     let doc = |source: &str, colour: &str| {
         RegistryConfig::parse(&format!(
             "plugins:\n\
@@ -826,10 +833,7 @@ async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
 #[tokio::test]
 async fn builtins_load_before_custom_entries_that_hang() {
     let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
-    let fetch = GatedFetch {
-        gate: tokio::sync::Semaphore::new(0),
-        bytes: router.clone(),
-    };
+    let fetch = GatedFetch::closed(router.clone());
     let gated: Vec<String> = (1..=CONCURRENT_LOADS)
         .map(|i| format!("custom-{i}"))
         .collect();
