@@ -37,12 +37,17 @@
 //! 3. **Operator start to ready.** `PluginRuntime::new` + `Registry::new` +
 //!    `Registry::apply(RegistryConfig::default(), &LocalFetch::default())` with a cold and a
 //!    warm cache directory, a new runtime each time.
+//! 4. **The machine's tail by length.** The register-arithmetic loop of section 1 at lengths
+//!    from 20 to 80 µs, [`SWEEP_ROUNDS`] rounds of [`MEASURED_CALLS`] runs each: its p50, the
+//!    p99 of each round, and the share of runs delayed by more than [`SWEEP_DELAYED`]. Once
+//!    that share passes the 1% a p99 leaves out, the p99 is the median plus an interruption:
+//!    how long any computation may run on this machine and keep its p99 under 100 µs.
 //!
 //! Targets, printed as PASS/MISS (informational; the bench always exits 0): p99 under 100 µs
 //! per default-plugin call, ready under 500 ms with a warm cache. Sections 2 and 3 report the
 //! median of [`LOAD_ROUNDS`] rounds; section 3 judges its worst round.
 //!
-//! Run with `cargo bench -p wasmop --bench plugins` (about two minutes once built). Figures depend
+//! Run with `cargo bench -p wasmop --bench plugins` (under a minute once built). Figures depend
 //! on the machine and on whatever else runs on it; the header prints the CPU count and load.
 //! Cache directories are created under the system temporary directory, named after the process
 //! id, and removed at the end.
@@ -76,6 +81,12 @@ const MAX_CONCURRENT_CALLS: usize = 2;
 const CALL_P99_TARGET: Duration = Duration::from_micros(100);
 /// Target: start to ready with a warm cache.
 const READY_WARM_TARGET: Duration = Duration::from_millis(500);
+/// Lengths of the reference loop in section 4, in µs.
+const SWEEP_LENGTHS_US: [u64; 6] = [20, 30, 40, 50, 60, 80];
+/// Rounds per length in section 4.
+const SWEEP_ROUNDS: usize = 3;
+/// A run of section 4 this much over its length's median counts as delayed.
+const SWEEP_DELAYED: Duration = Duration::from_micros(10);
 
 /// Settings every default plugin gets when the registry names none.
 const NO_SETTINGS: &str = "{}";
@@ -104,11 +115,14 @@ fn main() {
     let calls = bench_calls(&rt, &root.path.join("calls"), false);
     let loads = bench_loads(&rt, &root.path.join("loads"));
     let ready = bench_ready(&rt, &root.path.join("ready"));
+    let sweep = bench_sweep(&rt);
 
     print_calls(&pooled, "pooling instance allocation (the default)");
     print_calls(&calls, "on-demand instance allocation (--pooling=false)");
     print_loads(&loads);
     print_ready(&ready);
+    println!();
+    print_sweep(&sweep);
     println!();
     println!(
         "load average at end: {}",
@@ -738,6 +752,21 @@ fn bench_cpu_loop(rt: &Runtime, length: Duration) -> CallRow {
     let n = (length.as_secs_f64() / probe.as_secs_f64() * PROBE as f64) as u64;
     let wasm = on_worker(rt, async move { time_async(Direct(|| spin(n))).await });
     CallRow::alone("(reference)", "CPU loop as long as a routing call", wasm)
+}
+
+/// Section 4: [`SWEEP_ROUNDS`] rounds of [`bench_cpu_loop`] at each of [`SWEEP_LENGTHS_US`],
+/// in order of length.
+fn bench_sweep(rt: &Runtime) -> Vec<(Duration, Vec<Samples>)> {
+    SWEEP_LENGTHS_US
+        .iter()
+        .map(|&us| {
+            let length = Duration::from_micros(us);
+            let rounds = (0..SWEEP_ROUNDS)
+                .map(|_| bench_cpu_loop(rt, length).wasm)
+                .collect();
+            (length, rounds)
+        })
+        .collect()
 }
 
 /// The machine's tail for a computation that works in memory, for reference: copies of 2 KiB
@@ -1380,6 +1409,41 @@ fn print_loads(rows: &[LoadRow]) {
     }
     println!("   A load includes pre-instantiation and the info and validate-settings calls.");
     println!();
+}
+
+fn print_sweep(sweep: &[(Duration, Vec<Samples>)]) {
+    println!(
+        "4. The machine's tail by length: register arithmetic (the reference loop of section 1), \
+         {SWEEP_ROUNDS} rounds of {MEASURED_CALLS} runs per length"
+    );
+    println!(
+        "{:<10} {:>10} {:>30} {:>22}",
+        "length",
+        "p50",
+        "p99 of each round",
+        format!("delayed > {} µs", SWEEP_DELAYED.as_micros()),
+    );
+    for (length, rounds) in sweep {
+        let runs: usize = rounds.iter().map(|r| r.0.len()).sum();
+        let delayed: usize = rounds
+            .iter()
+            .map(|r| r.0.iter().filter(|d| **d > r.p50() + SWEEP_DELAYED).count())
+            .sum();
+        let p99s: Vec<String> = rounds.iter().map(|r| micros(r.p99())).collect();
+        println!(
+            "{:<10} {:>10} {:>30} {:>21.2}%",
+            micros(*length),
+            micros(rounds[0].p50()),
+            p99s.join(" / "),
+            100.0 * delayed as f64 / runs as f64,
+        );
+    }
+    println!(
+        "   Once more than 1% of runs are delayed, the p99 is the median plus an interruption: a"
+    );
+    println!(
+        "   computation longer than that here has a p99 far above its median, whatever it runs."
+    );
 }
 
 fn print_ready(times: &ReadyTimes) {
