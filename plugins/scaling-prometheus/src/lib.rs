@@ -608,15 +608,12 @@ pub fn transport_error(server: &str, e: &TransportError, timeout_ms: u64) -> Str
         ),
         // The host was granted (a host that is not is denied before any connection).
         TransportError::ConnectionRefused => {
+            // The scheme's port when the address names none.
             let port = match url {
-                Some(url) if without_port(host) == host => {
-                    if url.https {
-                        ":443"
-                    } else {
-                        ":80"
-                    }
-                }
-                _ => "",
+                Some(_) if without_port(host) != host => "",
+                Some(UrlParts { https: true, .. }) => ":443",
+                Some(_) => ":80",
+                None => "",
             };
             format!(
                 "connection to serverAddress {server} was refused: nothing listens on \
