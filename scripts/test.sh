@@ -7,9 +7,23 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 "$root/scripts/setup.sh"
 # Build artifacts are kept with the other caches so a fresh clone reuses compiled dependencies.
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${WASMOP_CACHE:-$HOME/.cache/wasmop}/cargo-target}
+shared_target=${WASMOP_CACHE:-$HOME/.cache/wasmop}/cargo-target
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$shared_target}
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# Each clone path and each change of dependencies adds artifacts of its own to the shared
+# directory: the least recently used go first once it passes WASMOP_TARGET_MAX_SIZE
+# (cargo-sweep's units, e.g. 500 for MB or 30GB; one clone's full set takes about 11 GiB).
+# A CARGO_TARGET_DIR of the caller's own is left as it is.
+if [ "$CARGO_TARGET_DIR" = "$shared_target" ]; then
+  # shellcheck source=cargo-sweep-version.sh
+  . "$root/scripts/cargo-sweep-version.sh"
+  max_size=${WASMOP_TARGET_MAX_SIZE:-24GB}
+  step "cargo-sweep sweep --maxsize $max_size ($CARGO_TARGET_DIR)"
+  "$CARGO_SWEEP" sweep --maxsize "$max_size" "$root" ||
+    printf 'warning: the sweep failed (above); %s keeps its artifacts\n' "$CARGO_TARGET_DIR"
+fi
 
 step "cargo fmt --check"
 cargo fmt --all --check
