@@ -14,12 +14,14 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # Each clone path and each change of dependencies adds artifacts of its own to the shared
 # directory: the least recently used go first once it passes WASMOP_TARGET_MAX_SIZE
-# (cargo-sweep's units, e.g. 500 for MB or 30GB; one clone's full set takes about 11 GiB).
+# (cargo-sweep's units, e.g. 500 for MB or 30GB). One clone's full set takes about 11 GiB;
+# the default leaves room for a few, since "least recently used" reads access times, which
+# relatime mounts move once a day: a tight cap makes builds redo dependencies still in use.
 # A CARGO_TARGET_DIR of the caller's own is left as it is.
 if [ "$CARGO_TARGET_DIR" = "$shared_target" ]; then
   # shellcheck source=cargo-sweep-version.sh
   . "$root/scripts/cargo-sweep-version.sh"
-  max_size=${WASMOP_TARGET_MAX_SIZE:-24GB}
+  max_size=${WASMOP_TARGET_MAX_SIZE:-40GB}
   step "cargo-sweep sweep --maxsize $max_size ($CARGO_TARGET_DIR)"
   "$CARGO_SWEEP" sweep --maxsize "$max_size" "$root" ||
     printf 'warning: the sweep failed (above); %s keeps its artifacts\n' "$CARGO_TARGET_DIR"
