@@ -39,9 +39,10 @@
 //!    warm cache directory, a new runtime each time.
 //! 4. **The machine's tail by length.** The register-arithmetic loop of section 1 at lengths
 //!    from 20 to 80 µs, [`SWEEP_ROUNDS`] rounds of [`MEASURED_CALLS`] runs each: the p50 of all
-//!    its runs, the p99 of each round, and the share of runs delayed by more than [`SWEEP_DELAYED`]. Once
-//!    that share passes the 1% a p99 leaves out, the p99 is the median plus an interruption:
-//!    how long any computation may run on this machine and keep its p99 under 100 µs.
+//!    its runs, the p99 of each round, and the share of runs delayed by more than
+//!    [`SWEEP_DELAYED`] over their round's median. Once that share passes the 1% a p99 leaves
+//!    out, the p99 is the median plus an interruption: how long any computation may run on this
+//!    machine and keep its p99 under 100 µs.
 //!
 //! Targets, printed as PASS/MISS (informational; the bench always exits 0): p99 under 100 µs
 //! per default-plugin call, ready under 500 ms with a warm cache. Sections 2 and 3 report the
@@ -85,7 +86,7 @@ const READY_WARM_TARGET: Duration = Duration::from_millis(500);
 const SWEEP_LENGTHS_US: [u64; 6] = [20, 30, 40, 50, 60, 80];
 /// Rounds per length in section 4.
 const SWEEP_ROUNDS: usize = 3;
-/// A run of section 4 this much over its length's median counts as delayed.
+/// A run of section 4 this much over its round's median counts as delayed.
 const SWEEP_DELAYED: Duration = Duration::from_micros(10);
 
 /// Settings every default plugin gets when the registry names none.
