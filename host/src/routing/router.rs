@@ -69,8 +69,6 @@ impl Router for Native {
 
     async fn route(&self, r: RouteRequest) -> Result<Vec<Value>, String> {
         use routing_istio as ri;
-        let vs: &serde_json::value::RawValue = serde_json::from_str(&r.virtual_service)
-            .map_err(|e| format!("the VirtualService is not valid JSON: {e}"))?;
         let req = ri::RouteRequest {
             dynamic_env: r.dynamic_env,
             unique_name: r.unique_name,
@@ -106,8 +104,9 @@ impl Router for Native {
                 .collect(),
             route_prefix: r.route_prefix,
         };
-        // What the component runs; it returns JSON text, which the host parses.
-        let text = ri::rewrite_json(&req, vs, &self.settings)?;
+        // What the component runs (one pass over the text, which it also checks); it returns
+        // JSON text, which the host parses.
+        let text = ri::rewrite_text(&req, &r.virtual_service, &self.settings)?;
         serde_json::from_str(&text).map_err(|e| e.to_string())
     }
 }
