@@ -311,7 +311,7 @@ fn copy_route(
 
 /// Rewrites the VirtualService `vs` (API JSON) for one DynamicEnv subset and returns its
 /// complete new `spec.http`; see the module documentation for the rules. The same as
-/// [`rewrite_json`] on `vs` serialized, with the routes parsed back.
+/// [`rewrite_text`] on `vs` serialized, with the routes parsed back.
 ///
 /// # Errors
 /// A message naming the VirtualService (`namespace/name`) when it has no `spec.http` array or a
@@ -319,31 +319,18 @@ fn copy_route(
 /// with `-` (it would match routes of other subsets).
 pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Vec<Value>, String> {
     let text = serde_json::to_string(vs).map_err(|e| e.to_string())?;
-    let raw: &RawValue = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    let http = rewrite_json(req, raw, settings)?;
+    let http = rewrite_text(req, &text, settings)?;
     serde_json::from_str(&http).map_err(|e| e.to_string())
 }
 
-/// [`rewrite`] on the VirtualService's JSON text, returning the new `spec.http` as JSON text:
-/// what the component does. Only what the rules read is parsed: `metadata.name` and
-/// `.namespace`, and of each route its `name` and `route`; a route with copies also has its
-/// `headers` and `match` parsed. Every other field is copied as the JSON text it had, and so is
-/// every field of a kept route. As in a parsed tree, the last value of a repeated key counts.
-///
-/// # Errors
-/// As [`rewrite`].
-pub fn rewrite_json(
-    req: &RouteRequest,
-    vs: &RawValue,
-    settings: &Settings,
-) -> Result<String, String> {
-    rewrite_text(req, vs.get(), settings)
-}
-
-/// [`rewrite_json`] on JSON text that has not been checked yet: the component's entry point.
-/// A VirtualService of the usual shape (`metadata` an object, `spec.http` an array of objects,
-/// no repeated key among the fields the rules read) is read in one pass; any other text takes
-/// the general path, which gives the same routes and the same errors.
+/// [`rewrite`] on the VirtualService's JSON text, not checked yet, returning the new
+/// `spec.http` as JSON text: the component's entry point. Only what the rules read is parsed:
+/// `metadata.name` and `.namespace`, and of each route its `name` and `route`; a route with
+/// copies also has its `headers` and `match` parsed. Every other field is copied as the JSON
+/// text it had, and so is every field of a kept route. As in a parsed tree, the last value of a
+/// repeated key counts. A VirtualService of the usual shape (`metadata` an object, `spec.http`
+/// an array of objects, no repeated key among the fields the rules read) is read in one pass;
+/// any other text takes the general path, which gives the same routes and the same errors.
 ///
 /// # Errors
 /// As [`rewrite`], and a message saying the text is not valid JSON.
@@ -1536,15 +1523,14 @@ mod tests {
         }
     }
 
-    /// `rewrite_json` on `vs` as text, and the tree path on the same input.
+    /// `rewrite_text` on `vs`, and the tree path on the same input.
     fn both_paths(
         r: &RouteRequest,
         vs: &str,
     ) -> (Result<String, String>, Result<Vec<Value>, String>) {
-        let raw: &RawValue = serde_json::from_str(vs).unwrap();
         let tree: Value = serde_json::from_str(vs).unwrap();
         (
-            rewrite_json(r, raw, &Settings::default()),
+            rewrite_text(r, vs, &Settings::default()),
             rewrite_tree(r, &tree, &Settings::default()),
         )
     }
@@ -1726,9 +1712,8 @@ mod tests {
     #[test]
     fn repeated_keys_count_as_in_a_tree() {
         let text = r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"name":"main","route":[],"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#;
-        let raw: &RawValue = serde_json::from_str(text).unwrap();
         let out: Vec<Value> = serde_json::from_str(
-            &rewrite_json(&req(vec![jason()]), raw, &Settings::default()).unwrap(),
+            &rewrite_text(&req(vec![jason()]), text, &Settings::default()).unwrap(),
         )
         .unwrap();
         assert_eq!(
@@ -1794,7 +1779,7 @@ mod tests {
     }
 }
 
-/// The rules as first written, on a parsed tree: the oracle [`rewrite_json`] is checked against.
+/// The rules as first written, on a parsed tree: the oracle [`rewrite_text`] is checked against.
 #[cfg(test)]
 mod oracle {
     use super::*;
