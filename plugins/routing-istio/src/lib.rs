@@ -368,25 +368,6 @@ struct FastSpec<'a> {
     http: Vec<FieldList<'a>>,
 }
 
-/// An `HTTPRouteDestination`'s `destination` as the rules read it.
-#[derive(Deserialize)]
-struct FastTarget<'a> {
-    #[serde(borrow, default)]
-    host: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    subset: Option<Cow<'a, str>>,
-}
-
-impl FastTarget<'_> {
-    fn is_default(&self, req: &RouteRequest, vs_ns: Option<&str>) -> bool {
-        self.subset.as_deref() == Some(req.default_version.as_str())
-            && self
-                .host
-                .as_deref()
-                .is_some_and(|h| host_matches(h, req, vs_ns))
-    }
-}
-
 /// The one-pass path of [`rewrite_text`]; `None` when the VirtualService has a shape it leaves
 /// to the general path (a field the rules rewrite that is not an object or array where one is
 /// expected), which then gives the same routes or the error naming the field.
@@ -496,27 +477,38 @@ impl CopyText {
     }
 }
 
-/// The (host, default version) entries of a route's `route` list; empty when it has none or is
-/// not a list. `None`: an entry of another shape (left to the general path).
+/// A `route[]` entry to (host, default version) and the fields of its `destination`.
+struct Target<'a> {
+    entry: FieldList<'a>,
+    destination: FieldList<'a>,
+}
+
+/// The (host, default version) entries of a route's `route` list, each destination read once;
+/// empty when it has none or is not a list. `None`: an entry of another shape (left to the
+/// general path).
 fn default_destinations<'a>(
     route: Option<&'a RawValue>,
     req: &RouteRequest,
     vs_ns: Option<&str>,
-) -> Option<Vec<FieldList<'a>>> {
+) -> Option<Vec<Target<'a>>> {
     let Some(route) = route.filter(|r| r.get().starts_with('[')) else {
         return Some(Vec::new());
     };
     let entries = serde_json::from_str::<Vec<FieldList<'a>>>(route.get()).ok()?;
     let mut targets = Vec::new();
     for entry in entries {
-        let is_default = match entry.get("destination") {
-            Some(d) if d.get().starts_with('{') => serde_json::from_str::<FastTarget<'_>>(d.get())
-                .ok()?
-                .is_default(req, vs_ns),
-            _ => false,
+        let Some(d) = entry
+            .get("destination")
+            .filter(|d| d.get().starts_with('{'))
+        else {
+            continue;
         };
+        let destination: FieldList<'a> = serde_json::from_str(d.get()).ok()?;
+        let is_default = as_str(destination.get("subset")).as_deref()
+            == Some(req.default_version.as_str())
+            && as_str(destination.get("host")).is_some_and(|h| host_matches(&h, req, vs_ns));
         if is_default {
-            targets.push(entry);
+            targets.push(Target { entry, destination });
         }
     }
     Some(targets)
@@ -537,7 +529,7 @@ fn object_or_empty(raw: Option<&RawValue>) -> Option<FieldList<'_>> {
 fn write_copies(
     out: &mut Vec<u8>,
     route: &FieldList<'_>,
-    targets: &[FieldList<'_>],
+    targets: &[Target<'_>],
     req: &RouteRequest,
     copy: &CopyText,
     index: &mut usize,
@@ -660,20 +652,22 @@ fn write_copies(
 }
 
 /// Writes a `route[]` entry sent to the subset: without `weight`, `destination.subset` set.
-fn write_destination(out: &mut Vec<u8>, entry: &FieldList<'_>, subset: &[u8]) {
+fn write_destination(out: &mut Vec<u8>, target: &Target<'_>, subset: &[u8]) {
     out.push(b'{');
     let mut n = 0;
-    for (k, v) in entry.last_values() {
+    for (k, v) in target.entry.last_values() {
         match k.as_ref() {
             "weight" => {}
             "destination" => {
                 comma(out, &mut n);
                 write_key(out, k);
                 out.extend_from_slice(b":{");
-                let dest: FieldList<'_> =
-                    serde_json::from_str(v.get()).expect("a target's destination is an object");
                 let mut d = 0;
-                for (k, v) in dest.last_values().filter(|(k, _)| k.as_ref() != "subset") {
+                for (k, v) in target
+                    .destination
+                    .last_values()
+                    .filter(|(k, _)| k.as_ref() != "subset")
+                {
                     comma(out, &mut d);
                     write_field(out, k, v.get());
                 }
@@ -922,10 +916,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for FieldList<'a> {
 /// The string `raw` holds without copying it, if it is one.
 fn as_str<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
     let text = raw.filter(|r| r.get().starts_with('"'))?.get();
-    match serde_json::from_str::<&str>(text) {
-        Ok(s) => Some(Cow::Borrowed(s)),
+    // A string the parser already checked: without escapes, its text between the quotes.
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(s) if !s.contains('\\') => Some(Cow::Borrowed(s)),
         // Escapes: unescaped into a copy.
-        Err(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
+        _ => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
     }
 }
 
@@ -1707,6 +1702,22 @@ mod tests {
                 (a, b) => panic!("{text}: {a:?} vs {b:?}"),
             }
         }
+    }
+
+    #[test]
+    fn strings_are_read_with_and_without_escapes() {
+        let read = |text: &str| {
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            as_str(Some(raw)).map(|s| (matches!(s, Cow::Borrowed(_)), s.into_owned()))
+        };
+        assert_eq!(read(r#""reviews""#), Some((true, "reviews".into())));
+        assert_eq!(read(r#""""#), Some((true, String::new())));
+        assert_eq!(read(r#""r\u00e9views""#), Some((false, "réviews".into())));
+        assert_eq!(read(r#""a\"b\\""#), Some((false, "a\"b\\".into())));
+        assert_eq!(read(r#""\\""#), Some((false, "\\".into())));
+        assert_eq!(read("null"), None);
+        assert_eq!(read("7"), None);
+        assert_eq!(as_str(None), None);
     }
 
     #[test]
