@@ -212,15 +212,24 @@ fn host_matches(dest: &str, req: &RouteRequest, vs_ns: Option<&str>) -> bool {
         .is_some_and(|r| matches!(r, "" | ".svc" | ".svc.cluster.local"))
 }
 
+/// Whether a destination with these `host` and `subset` strings is (host, default version).
+fn is_default_target(
+    host: Option<&str>,
+    subset: Option<&str>,
+    req: &RouteRequest,
+    vs_ns: Option<&str>,
+) -> bool {
+    subset == Some(req.default_version.as_str())
+        && host.is_some_and(|h| host_matches(h, req, vs_ns))
+}
+
 /// Whether a `route[]` entry (an `HTTPRouteDestination`) goes to (host, default version).
 fn is_default_destination(entry: &Value, req: &RouteRequest, vs_ns: Option<&str>) -> bool {
     let Some(dest) = entry.get("destination") else {
         return false;
     };
-    let host = dest.get("host").and_then(Value::as_str);
-    let subset = dest.get("subset").and_then(Value::as_str);
-    subset == Some(req.default_version.as_str())
-        && host.is_some_and(|h| host_matches(h, req, vs_ns))
+    let field = |k: &str| dest.get(k).and_then(Value::as_str);
+    is_default_target(field("host"), field("subset"), req, vs_ns)
 }
 
 /// The object under `key` of `map`, created when absent or null.
@@ -504,10 +513,13 @@ fn default_destinations<'a>(
             continue;
         };
         let destination: FieldList<'a> = serde_json::from_str(d.get()).ok()?;
-        let is_default = as_str(destination.get("subset")).as_deref()
-            == Some(req.default_version.as_str())
-            && as_str(destination.get("host")).is_some_and(|h| host_matches(&h, req, vs_ns));
-        if is_default {
+        let field = |k: &str| as_str(destination.get(k));
+        if is_default_target(
+            field("host").as_deref(),
+            field("subset").as_deref(),
+            req,
+            vs_ns,
+        ) {
             targets.push(Target { entry, destination });
         }
     }
@@ -915,9 +927,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for FieldList<'a> {
 
 /// The string `raw` holds without copying it, if it is one.
 fn as_str<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
-    let text = raw.filter(|r| r.get().starts_with('"'))?.get();
+    let text = raw?.get();
     // A string the parser already checked: without escapes, its text between the quotes.
-    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+    match text.strip_prefix('"')?.strip_suffix('"') {
         Some(s) if !s.contains('\\') => Some(Cow::Borrowed(s)),
         // Escapes: unescaped into a copy.
         _ => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
