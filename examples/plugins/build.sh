@@ -66,8 +66,8 @@ build() {
 }
 
 build_rust_canary_router() {
-  # The target directory host/build.rs builds the default plugins in, so their dependencies
-  # are compiled once.
+  # The target directory host/plugin-host/build.rs builds the default plugins in, so their
+  # dependencies are compiled once.
   local target=${CARGO_TARGET_DIR:-$root/target}/plugins
   (cd "$root" && cargo build --quiet --locked -p canary-router --target wasm32-wasip2 --profile plugin \
     --target-dir "$target")

@@ -371,17 +371,45 @@ pub fn install_operator_rbac() {
     ]);
 }
 
-/// The repository root: the parent of the directory of the package whose test or benchmark
-/// runs (`CARGO_MANIFEST_DIR` as cargo sets it at run time; `host/` and `tests/` are both
-/// children of the root), else the parent of this crate's directory when it was built. Read
+/// The repository root: the nearest ancestor (holding `crds/` and `wit/`) of the directory of
+/// the package whose test or benchmark runs (`CARGO_MANIFEST_DIR` as cargo sets it at run
+/// time), else the parent of this crate's directory when it was built. Read
 /// at run time because one target directory may serve several checkouts, and cargo does not
 /// rebuild this crate when only the checkout's path changed.
 pub fn repo_root() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
-        .and_then(|dir| dir.parent().map(std::path::Path::to_path_buf))
-        .filter(|root| root.join("crds").is_dir())
+        .and_then(|dir| {
+            dir.ancestors()
+                .find(|d| d.join("crds").is_dir() && d.join("wit").is_dir())
+                .map(std::path::Path::to_path_buf)
+        })
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+/// The cargo target directory the running test or benchmark was built in
+/// (`<target>/<profile>/deps/<name>`).
+///
+/// # Panics
+/// When the running executable is not under a cargo target directory.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the path of the running executable");
+    exe.ancestors()
+        .nth(3)
+        .expect("a test executable in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Where the build script of `wasmop-plugin-host` leaves the components it builds, the
+/// default plugins and the test fixtures: `<target>/plugins/wasm32-wasip2/plugin`.
+///
+/// # Panics
+/// As [`target_dir`].
+pub fn components_dir() -> PathBuf {
+    target_dir()
+        .join("plugins")
+        .join("wasm32-wasip2")
+        .join("plugin")
 }
 
 /// Builds the example plugins `names` (directory names under examples/plugins, e.g.

@@ -38,6 +38,7 @@ async fn rejected(api: &Api<DynamicObject>, name: &str, spec: Value, needle: &st
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
 async fn invalid_dynamic_envs_are_rejected_with_the_field_named() {
     install_crds();
     with_temp_ns("de-api", |client: Client, ns: String| async move {

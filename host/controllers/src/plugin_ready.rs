@@ -1,0 +1,202 @@
+//! The `PluginReady` condition of custom resources: whether the plugin a resource uses (its
+//! `spec.plugin`, else the hook's default) is loaded. It is re-evaluated on every registry
+//! reload, every promotion of this instance and every change of a resource, and written
+//! (under its own field manager, [`FIELD_MANAGER`]) only when it changes.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use wasmop_kernel::conditions;
+use wasmop_kernel::gate::WriteError;
+use wasmop_plugin_host::Hook;
+use wasmop_plugin_host::registry::PluginStatus;
+
+use crate::{Context, ControllerKind};
+
+/// The condition type.
+pub(crate) const PLUGIN_READY: &str = "PluginReady";
+
+/// Field manager of the `PluginReady` condition, apart from the controllers' status writes so
+/// that neither removes the other's conditions.
+pub const FIELD_MANAGER: &str = "wasmop-plugin-ready";
+
+/// A custom resource that names the plugin it uses.
+pub trait UsesPlugin:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static
+{
+    /// The hook of the plugin.
+    const HOOK: Hook;
+    /// The controller that owns this kind (the loop runs only when that controller does).
+    const CONTROLLER: ControllerKind;
+    /// `spec.plugin`.
+    fn plugin_name(&self) -> Option<&str>;
+    /// `status.conditions` (empty without a status).
+    fn conditions(&self) -> &[Condition];
+    /// The `Api` over the scope the operator watches.
+    fn api(ctx: &Context) -> Api<Self>;
+    /// The `Api` this object is written through (its namespace, if namespaced).
+    fn object_api(&self, client: kube::Client) -> Api<Self>;
+}
+
+impl UsesPlugin for wasmop_api::dynamicenv::DynamicEnv {
+    const HOOK: Hook = Hook::Routing;
+    const CONTROLLER: ControllerKind = ControllerKind::Routing;
+    fn plugin_name(&self) -> Option<&str> {
+        self.spec.plugin.as_deref()
+    }
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+    fn api(ctx: &Context) -> Api<Self> {
+        ctx.kernel.watched_api()
+    }
+    fn object_api(&self, client: kube::Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
+}
+
+impl UsesPlugin for wasmop_api::elasticservice::ElasticService {
+    const HOOK: Hook = Hook::Scaling;
+    const CONTROLLER: ControllerKind = ControllerKind::Scaling;
+    fn plugin_name(&self) -> Option<&str> {
+        self.spec.plugin.as_deref()
+    }
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+    fn api(ctx: &Context) -> Api<Self> {
+        ctx.kernel.watched_api()
+    }
+    fn object_api(&self, client: kube::Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
+}
+
+impl UsesPlugin for wasmop_api::proxyrestartpolicy::ProxyRestartPolicy {
+    const HOOK: Hook = Hook::Restart;
+    const CONTROLLER: ControllerKind = ControllerKind::Restart;
+    fn plugin_name(&self) -> Option<&str> {
+        self.spec.plugin.as_deref()
+    }
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+    fn api(ctx: &Context) -> Api<Self> {
+        // Cluster-scoped: watched cluster-wide whatever --watch-namespace says.
+        Api::all(ctx.kernel.client.clone())
+    }
+    fn object_api(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
+}
+
+/// The `PluginReady` condition for `status`.
+pub fn condition(
+    status: &PluginStatus,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
+    conditions::condition(
+        previous,
+        PLUGIN_READY,
+        status.ready,
+        &status.reason,
+        format!("plugin {}: {}", status.name, status.message),
+        generation,
+    )
+}
+
+/// Runs the `PluginReady` loop of every kind whose controller is in `controllers`.
+///
+/// # Errors
+/// When a watch ends.
+pub async fn run_all(ctx: Arc<Context>, controllers: &[ControllerKind]) -> anyhow::Result<()> {
+    tokio::try_join!(
+        run::<wasmop_api::dynamicenv::DynamicEnv>(ctx.clone(), controllers),
+        run::<wasmop_api::elasticservice::ElasticService>(ctx.clone(), controllers),
+        run::<wasmop_api::proxyrestartpolicy::ProxyRestartPolicy>(ctx.clone(), controllers),
+    )?;
+    Ok(())
+}
+
+/// Keeps `PluginReady` of every `K` in sync, while `K`'s controller is in `controllers`.
+///
+/// # Errors
+/// When the watch stream or the registry ends; watch errors are logged and retried with backoff.
+pub async fn run<K: UsesPlugin>(
+    ctx: Arc<Context>,
+    controllers: &[ControllerKind],
+) -> anyhow::Result<()> {
+    if !controllers.contains(&K::CONTROLLER) {
+        return std::future::pending().await;
+    }
+    let (store, writer) = reflector::store();
+    let mut events = reflector(
+        writer,
+        watcher(K::api(&ctx), ctx.kernel.cr_watcher_config()).default_backoff(),
+    )
+    .applied_objects()
+    .boxed();
+    let mut reloads = ctx.plugins.reloads();
+    let mut promotions = Box::pin(ctx.kernel.gate().promotions());
+    let kind = K::kind(&());
+    loop {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(obj)) => sync(&ctx, &obj).await,
+                Some(Err(e)) => tracing::warn!("watching {kind}: {e}"),
+                None => anyhow::bail!("the {kind} watch ended"),
+            },
+            changed = reloads.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("the registry is gone");
+                }
+                sync_all(&ctx, &store).await;
+            }
+            Some(()) = promotions.next() => sync_all(&ctx, &store).await,
+        }
+    }
+}
+
+async fn sync_all<K: UsesPlugin>(ctx: &Context, store: &Store<K>) {
+    for obj in store.state() {
+        sync(ctx, obj.as_ref()).await;
+    }
+}
+
+async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K) {
+    let status = ctx.plugins.status(K::HOOK, obj.plugin_name());
+    let previous = obj.conditions();
+    let wanted = condition(&status, obj.meta().generation, previous);
+    if conditions::unchanged(conditions::find(previous, PLUGIN_READY), &wanted) {
+        return;
+    }
+    let name = obj.name_any();
+    let api = obj.object_api(ctx.kernel.client.clone());
+    let id = obj
+        .namespace()
+        .map_or_else(|| name.clone(), |ns| format!("{ns}/{name}"));
+    let patch = serde_json::json!({ "conditions": [wanted] });
+    match ctx
+        .kernel
+        .writer
+        .apply_status_as(&api, &name, &patch, FIELD_MANAGER)
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(kind = %K::kind(&()), object = %id, ready = status.ready, reason = %status.reason, "PluginReady updated")
+        }
+        Err(WriteError::Passive) => {}
+        Err(e) => {
+            tracing::warn!(kind = %K::kind(&()), object = %id, "cannot update PluginReady: {e}")
+        }
+    }
+}

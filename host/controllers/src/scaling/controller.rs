@@ -1,0 +1,984 @@
+//! The ElasticService reconciler (docs/scaling.md), in the controller-rs shape: the
+//! finalizer is the top-level step; `apply` converges the objects and the mode, `cleanup`
+//! restores the workload and removes what wasmop created (upstream #133, #283).
+//!
+//! One reconcile of an ElasticService, in order:
+//! 1. the workload's desired replicas (`/scale`);
+//! 2. demand: a `wasmop.dev/demand` annotation newer than the last activity scales the workload
+//!    to `minTargetReplicas` (Event `ScaledUp`);
+//! 3. the poller's votes, if it left some: [`decide`] and scale (Events `ScaledUp`,
+//!    `ScaledDown`);
+//! 4. the private Service, mirrored from the public one;
+//! 5. the mode ([`plan::mode`]) and, in proxy mode, the resolver EndpointSlice of the ready
+//!    resolver pods; in serve mode that slice is deleted (Events `SwitchedToProxy`,
+//!    `SwitchedToServe`);
+//! 6. the status (`mode`, `privateService`, `lastScaledUpTime`, `triggerVotes`, conditions
+//!    `Ready` and `Triggers`), written only when it changed.
+//!
+//! Triggers: the ElasticServices themselves (no generation predicate, so the demand annotation
+//! is seen), Services and EndpointSlices of their namespace (public and private Service,
+//! readiness), the resolver pods (slices rebuilt when they come and go, upstream #175, #296),
+//! the poller's rounds and promotions of this instance.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
+use super::plan::{self, Mode, SERVICE_NAME_LABEL};
+use super::target::{self, Target};
+use super::{Error, Options};
+use crate::Context;
+use wasmop_api::elasticservice::{
+    DEMAND_ANNOTATION, ElasticService, ElasticServiceStatus, TriggerVoteStatus,
+};
+use wasmop_api::names::{private_service_name, resolver_slice_name};
+use wasmop_kernel::conditions;
+use wasmop_kernel::gate::WriteError;
+use wasmop_plugin_host::FailurePolicy;
+
+/// The finalizer wasmop puts on every ElasticService, so deleting one restores its workload
+/// and removes what wasmop created for it.
+pub const FINALIZER: &str = "wasmop.dev/elasticservice-cleanup";
+
+/// The controller's name in metrics.
+const CONTROLLER: &str = "scaling";
+
+/// Requeue after a successful reconcile (the watches bring every change sooner).
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Condition: the objects of the ElasticService are in place for its mode.
+pub(crate) const READY: &str = "Ready";
+/// Condition: the last trigger evaluation succeeded; its message is the poller's decision.
+pub(crate) const TRIGGERS: &str = "Triggers";
+
+/// The votes of one poller round for one ElasticService.
+#[derive(Clone, Debug)]
+pub struct Poll {
+    /// When the votes were taken.
+    pub at: Timestamp,
+    /// One per trigger, in spec order; empty when the decision needed none.
+    pub votes: Vec<TriggerOutcome>,
+    /// The scaler plugin's `failurePolicy`.
+    pub policy: FailurePolicy,
+}
+
+/// What this process knows of an ElasticService beyond its (possibly stale) cached copy.
+#[derive(Clone, Debug, Default)]
+struct Memory {
+    /// The last activity this process recorded (scale-up, up decision).
+    last_active: Option<Timestamp>,
+    /// The demand annotation value already acted on.
+    demand_handled: Option<Timestamp>,
+    /// The mode last written.
+    mode: Option<Mode>,
+    /// Votes left by the poller, taken by the next reconcile.
+    poll: Option<Poll>,
+}
+
+/// The scaling controller's state, shared by the reconciler and the poller.
+pub struct Scaling {
+    /// The operator context.
+    pub ctx: Arc<Context>,
+    /// The scaling options.
+    pub opts: Options,
+    resolver_namespace: String,
+    memory: Mutex<HashMap<String, Memory>>,
+}
+
+fn key(es: &ElasticService) -> String {
+    format!("{}/{}", es.namespace().unwrap_or_default(), es.name_any())
+}
+
+impl Scaling {
+    /// The state for `ctx`, with `opts`.
+    pub fn new(ctx: Arc<Context>, opts: Options) -> Self {
+        let resolver_namespace = opts
+            .resolver_namespace
+            .clone()
+            .unwrap_or_else(|| ctx.kernel.namespace().to_owned());
+        Self {
+            ctx,
+            opts,
+            resolver_namespace,
+            memory: Mutex::default(),
+        }
+    }
+
+    fn remember<T>(&self, es: &ElasticService, f: impl FnOnce(&mut Memory) -> T) -> T {
+        let mut m = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+        f(m.entry(key(es)).or_default())
+    }
+
+    fn forget(&self, es: &ElasticService) {
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key(es));
+    }
+
+    /// Leaves the poller's votes for the next reconcile of `es`.
+    pub(crate) fn leave_poll(&self, es: &ElasticService, poll: Poll) {
+        self.remember(es, |m| m.poll = Some(poll));
+    }
+
+    /// The last activity: `status.lastScaledUpTime` or what this process recorded later.
+    pub(crate) fn last_active(&self, es: &ElasticService) -> Option<Timestamp> {
+        let status = es
+            .status
+            .as_ref()
+            .and_then(|s| s.last_scaled_up_time.as_ref())
+            .map(|t| t.0);
+        let memory = self.remember(es, |m| m.last_active);
+        status.max(memory)
+    }
+
+    /// The decision inputs of `es` at `now`.
+    pub(crate) fn inputs<'a>(&self, es: &'a ElasticService, now: Timestamp) -> Inputs<'a> {
+        Inputs {
+            now,
+            created: es.meta().creation_timestamp.as_ref().map_or(now, |t| t.0),
+            last_active: self.last_active(es),
+            cooldown: decide::cooldown(es.spec.cooldown_period),
+            enabled_period: es.spec.enabled_period.as_ref(),
+            triggers: es.spec.triggers.len(),
+        }
+    }
+
+    /// Records an Event. Events with the same reason and action fold into one series (kube's
+    /// recorder), so the action names the cause: a scale on demand and one by the triggers
+    /// stay apart.
+    async fn event(
+        &self,
+        es: &ElasticService,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let type_ = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        tracing::info!(elasticservice = %key(es), reason, "{note}");
+        self.ctx
+            .kernel
+            .writer
+            .event(&es.object_ref(&()), type_, reason, action, note)
+            .await;
+    }
+
+    /// Pauses (`pause`) or resumes the ElasticService's KEDA ScaledObject, if it names one.
+    async fn keda(&self, es: &ElasticService, pause: bool) -> Result<(), Error> {
+        let ns = es.namespace().unwrap_or_default();
+        target::set_keda_paused(
+            &self.ctx.kernel.client,
+            &self.ctx.kernel.writer,
+            &ns,
+            es.spec.autoscaler.as_ref(),
+            pause,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Sets `target` from `from` to `to` replicas, counts it and records the Event of `cause`.
+    async fn scale(
+        &self,
+        es: &ElasticService,
+        target: &Target,
+        (from, to): (i32, i32),
+        cause: Cause,
+        why: &str,
+    ) -> Result<i32, Error> {
+        target
+            .set_replicas(&self.ctx.kernel.client, &self.ctx.kernel.writer, to)
+            .await?;
+        let (direction, label, reason, action) = cause.describe();
+        metrics()
+            .scales
+            .get_or_create(&ScaleLabels::new(direction, label))
+            .inc();
+        let note = format!("{why}: {target} scaled from {from} to {to} replicas");
+        self.event(es, false, reason, action, note).await;
+        Ok(to)
+    }
+
+    /// Resumes KEDA and scales `target` to `minTargetReplicas` unless it has that many or more;
+    /// returns the new desired replicas.
+    async fn scale_up(
+        &self,
+        es: &ElasticService,
+        target: &Target,
+        replicas: i32,
+        cause: Cause,
+        why: &str,
+    ) -> Result<i32, Error> {
+        self.keda(es, false).await?;
+        let min = es.spec.min_target_replicas.max(1);
+        if !target::needs_scale(replicas, min) {
+            return Ok(replicas);
+        }
+        self.scale(es, target, (replicas, min), cause, why).await
+    }
+
+    /// Pauses KEDA at zero and scales `target` to zero; returns the new desired replicas.
+    async fn scale_down(
+        &self,
+        es: &ElasticService,
+        target: &Target,
+        replicas: i32,
+        why: &str,
+    ) -> Result<i32, Error> {
+        if replicas == 0 {
+            return Ok(0);
+        }
+        self.keda(es, true).await?;
+        self.scale(es, target, (replicas, 0), Cause::TriggersDown, why)
+            .await
+    }
+
+    /// Converges `es` (see the module docs).
+    async fn apply(&self, es: Arc<ElasticService>) -> Result<Action, Error> {
+        let now = Timestamp::now();
+        let before = es.status.clone().unwrap_or_default();
+        let mut status = ElasticServiceStatus {
+            conditions: before
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == READY || c.type_ == TRIGGERS)
+                .cloned()
+                .collect(),
+            ..before.clone()
+        };
+        status.last_scaled_up_time = self.last_active(&es).map(Time);
+        let result = self.converge(&es, now, &mut status).await;
+        let generation = es.meta().generation;
+        let (ready, reason, message) = match &result {
+            Ok(mode) => (
+                true,
+                match mode {
+                    Mode::Serve => "Serving",
+                    Mode::Proxy => "Proxying",
+                },
+                match mode {
+                    Mode::Serve => "traffic goes to the workload".to_owned(),
+                    Mode::Proxy => {
+                        "traffic goes to the resolver, which holds requests until the workload is ready"
+                            .to_owned()
+                    }
+                },
+            ),
+            Err(Error::Invalid(m)) => (false, "Invalid", m.clone()),
+            Err(e) if e.is_passive() => return Err(Error::Write(WriteError::Passive)),
+            Err(e) => (false, "Error", e.to_string()),
+        };
+        let wanted = conditions::condition(
+            &status.conditions,
+            READY,
+            ready,
+            reason,
+            message,
+            generation,
+        );
+        conditions::set(&mut status.conditions, wanted);
+        self.write_status(&es, &before, status, now).await?;
+        match result {
+            Ok(_) | Err(Error::Invalid(_)) => Ok(Action::requeue(RESYNC)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn converge(
+        &self,
+        es: &ElasticService,
+        now: Timestamp,
+        status: &mut ElasticServiceStatus,
+    ) -> Result<Mode, Error> {
+        let ns = es.namespace().unwrap_or_default();
+        let client = &self.ctx.kernel.client;
+        let target = Target::new(&es.spec.scale_target_ref, &ns)?;
+        let mut replicas = target
+            .replicas(client)
+            .await?
+            .ok_or_else(|| Error::Invalid(format!("scaleTargetRef: {target} does not exist")))?;
+
+        // Demand from the resolver.
+        if let Some(t) = demand(es) {
+            let newer = self.last_active(es).is_none_or(|last| t > last);
+            let handled = self.remember(es, |m| m.demand_handled) == Some(t);
+            if newer && !handled {
+                let why = format!("request held by the resolver since {t:.0}");
+                let before = replicas;
+                replicas = self
+                    .scale_up(es, &target, replicas, Cause::Demand, &why)
+                    .await?;
+                if replicas == before {
+                    // Already scaled up (its pods are not ready yet): the demand is still noted,
+                    // under an action of its own so it does not fold into the last scale-up.
+                    let (_, _, reason, _) = Cause::Demand.describe();
+                    let note = format!("{why}: {target} already wants {replicas} replicas");
+                    self.event(es, false, reason, "KeepReplicasOnDemand", note)
+                        .await;
+                }
+                self.remember(es, |m| {
+                    m.demand_handled = Some(t);
+                    m.last_active = Some(now);
+                });
+                status.last_scaled_up_time = Some(Time(now));
+            }
+        }
+
+        // The poller's votes.
+        if let Some(poll) = self.remember(es, |m| m.poll.take()) {
+            replicas = self
+                .apply_poll(es, &target, replicas, poll, now, status)
+                .await?;
+        }
+
+        // The private Service, mirrored from the public one.
+        let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+        let public = services
+            .get_opt(&es.spec.service)
+            .await
+            .map_err(|e| Error::Read(format!("Service {ns}/{}", es.spec.service), e))?
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "service: Service {ns}/{} does not exist",
+                    es.spec.service
+                ))
+            })?;
+        let private = plan::private_service(es, &public).map_err(Error::Invalid)?;
+        let private_name = private_service_name(&es.spec.service);
+        let existing = services
+            .get_opt(&private_name)
+            .await
+            .map_err(|e| Error::Read(format!("Service {ns}/{private_name}"), e))?;
+        if let Some(existing) = &existing
+            && !owned_by(existing.owner_references(), es)
+        {
+            return Err(Error::Invalid(format!(
+                "Service {ns}/{private_name} exists and is not owned by this ElasticService; rename or remove it"
+            )));
+        }
+        if existing.is_none_or(|e| !plan::private_service_current(&e, &private)) {
+            self.ctx
+                .kernel
+                .writer
+                .apply(&services, &private_name, &private)
+                .await?;
+            tracing::info!(elasticservice = %key(es), service = %private_name, "private Service applied");
+        }
+        status.private_service = Some(private_name);
+
+        // The mode.
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+        let public_slices = slices
+            .list(
+                &ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={}", es.spec.service)),
+            )
+            .await
+            .map_err(|e| {
+                Error::Read(
+                    format!("the EndpointSlices of Service {ns}/{}", es.spec.service),
+                    e,
+                )
+            })?
+            .items;
+        let mode = plan::mode(replicas, plan::public_ready(&public_slices));
+        let slice_name = resolver_slice_name(&es.spec.service);
+        let existing = public_slices.iter().find(|s| s.name_any() == slice_name);
+        let mut problem = None;
+        match mode {
+            Mode::Proxy => {
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &self.resolver_namespace);
+                let resolver_pods = pods
+                    .list(&ListParams::default().labels(&self.opts.resolver_selector))
+                    .await
+                    .map_err(|e| {
+                        Error::Read(
+                            format!(
+                                "the resolver pods ({}) in namespace {}",
+                                self.opts.resolver_selector, self.resolver_namespace
+                            ),
+                            e,
+                        )
+                    })?
+                    .items;
+                let wanted =
+                    plan::resolver_slice(es, &public, &resolver_pods, self.opts.resolver_port);
+                if existing.is_none_or(|e| !plan::slice_current(e, &wanted)) {
+                    self.ctx
+                        .kernel
+                        .writer
+                        .apply(&slices, &slice_name, &wanted)
+                        .await?;
+                    tracing::info!(
+                        elasticservice = %key(es),
+                        slice = %slice_name,
+                        endpoints = wanted.endpoints.as_ref().map_or(0, Vec::len),
+                        "resolver EndpointSlice applied"
+                    );
+                }
+                if wanted.endpoints.as_ref().is_none_or(Vec::is_empty) {
+                    problem = Some(format!(
+                        "no ready resolver pod matches {} in namespace {}: requests to Service {ns}/{} fail until one is ready",
+                        self.opts.resolver_selector, self.resolver_namespace, es.spec.service
+                    ));
+                }
+            }
+            Mode::Serve => {
+                if existing.is_some() {
+                    self.ctx.kernel.writer.delete(&slices, &slice_name).await?;
+                    tracing::info!(elasticservice = %key(es), slice = %slice_name, "resolver EndpointSlice deleted");
+                }
+            }
+        }
+        let previous = self
+            .remember(es, |m| m.mode)
+            .or(match status.mode.as_deref() {
+                Some("serve") => Some(Mode::Serve),
+                Some("proxy") => Some(Mode::Proxy),
+                _ => None,
+            });
+        if previous != Some(mode) {
+            let note = match mode {
+                Mode::Proxy => format!(
+                    "Service {} now sends its traffic to the resolver ({} desired replicas)",
+                    es.spec.service, replicas
+                ),
+                Mode::Serve => format!(
+                    "Service {} now sends its traffic to the workload's ready pods",
+                    es.spec.service
+                ),
+            };
+            let reason = match mode {
+                Mode::Proxy => "SwitchedToProxy",
+                Mode::Serve => "SwitchedToServe",
+            };
+            self.event(es, false, reason, "SwitchMode", note).await;
+        }
+        self.remember(es, |m| m.mode = Some(mode));
+        metrics()
+            .proxy
+            .get_or_create(&EsLabels::of(es))
+            .set(i64::from(mode == Mode::Proxy));
+        status.mode = Some(mode.as_str().to_owned());
+        match problem {
+            Some(message) => Err(Error::Invalid(message)),
+            None => Ok(mode),
+        }
+    }
+
+    /// Applies the poller's votes: decide, scale, record.
+    async fn apply_poll(
+        &self,
+        es: &ElasticService,
+        target: &Target,
+        mut replicas: i32,
+        poll: Poll,
+        now: Timestamp,
+        status: &mut ElasticServiceStatus,
+    ) -> Result<i32, Error> {
+        let decision = decide::decide(&self.inputs(es, now), &poll.votes, poll.policy);
+        tracing::debug!(elasticservice = %key(es), ?decision, "trigger decision");
+        if !poll.votes.is_empty() {
+            status.trigger_votes = poll
+                .votes
+                .iter()
+                .map(|v| TriggerVoteStatus {
+                    type_: v.trigger_type.clone(),
+                    vote: v.vote.as_str().into(),
+                    value: v.value,
+                    reason: v.reason.clone(),
+                    time: Time(poll.at),
+                })
+                .collect();
+        }
+        for (n, v) in poll.votes.iter().enumerate() {
+            if v.vote == Vote::Failed {
+                self.event(
+                    es,
+                    true,
+                    "TriggerFailed",
+                    "EvaluateTriggers",
+                    format!("trigger {n} ({}): {}", v.trigger_type, v.reason),
+                )
+                .await;
+            }
+        }
+        let failed = poll.votes.iter().any(|v| v.vote == Vote::Failed);
+        let message = match &decision {
+            Decision::Up(r) => format!("up: {r}"),
+            Decision::Down(r) => format!("down: {r}"),
+            Decision::Hold(r) => format!("hold: {r}"),
+        };
+        let condition = conditions::condition(
+            &status.conditions,
+            TRIGGERS,
+            !failed,
+            if failed { "TriggerFailed" } else { "Evaluated" },
+            message,
+            es.meta().generation,
+        );
+        conditions::set(&mut status.conditions, condition);
+        match decision {
+            Decision::Up(why) => {
+                replicas = self
+                    .scale_up(es, target, replicas, Cause::TriggersUp, &why)
+                    .await?;
+                self.remember(es, |m| m.last_active = Some(now));
+                status.last_scaled_up_time = Some(Time(now));
+            }
+            Decision::Down(why) => {
+                replicas = self.scale_down(es, target, replicas, &why).await?;
+            }
+            Decision::Hold(_) => {}
+        }
+        Ok(replicas)
+    }
+
+    /// Writes `status` (our fields and conditions only) when it differs from `before`.
+    async fn write_status(
+        &self,
+        es: &ElasticService,
+        before: &ElasticServiceStatus,
+        mut status: ElasticServiceStatus,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let ours = |s: &ElasticServiceStatus| {
+            let mut s = s.clone();
+            s.last_reconciled_time = None;
+            s.conditions
+                .retain(|c| c.type_ == READY || c.type_ == TRIGGERS);
+            s
+        };
+        if ours(&status) == ours(before) {
+            return Ok(());
+        }
+        status.last_reconciled_time = Some(Time(now));
+        let api: Api<ElasticService> = Api::namespaced(
+            self.ctx.kernel.client.clone(),
+            &es.namespace().unwrap_or_default(),
+        );
+        self.ctx
+            .kernel
+            .writer
+            .apply_status(&api, &es.name_any(), &status)
+            .await?;
+        Ok(())
+    }
+
+    /// Restores the workload and removes what wasmop created for `es`.
+    async fn cleanup(&self, es: Arc<ElasticService>) -> Result<Action, Error> {
+        let ns = es.namespace().unwrap_or_default();
+        let client = &self.ctx.kernel.client;
+        match Target::new(&es.spec.scale_target_ref, &ns) {
+            Ok(target) => match target.replicas(client).await {
+                Ok(Some(replicas)) => {
+                    self.keda(&es, false).await.or_else(ignore_invalid)?;
+                    let min = es.spec.min_target_replicas.max(1);
+                    if target::needs_scale(replicas, min) {
+                        let why = "ElasticService deleted";
+                        self.scale(&es, &target, (replicas, min), Cause::Deletion, why)
+                            .await?;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => ignore_invalid(e)?,
+            },
+            Err(e) => ignore_invalid(e)?,
+        }
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+        self.ctx
+            .kernel
+            .writer
+            .delete(&slices, &resolver_slice_name(&es.spec.service))
+            .await?;
+        let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+        let private_name = private_service_name(&es.spec.service);
+        if let Some(svc) = services
+            .get_opt(&private_name)
+            .await
+            .map_err(|e| Error::Read(format!("Service {ns}/{private_name}"), e))?
+            && owned_by(svc.owner_references(), &es)
+        {
+            self.ctx
+                .kernel
+                .writer
+                .delete(&services, &private_name)
+                .await?;
+        }
+        self.forget(&es);
+        let _ = metrics().proxy.remove(&EsLabels::of(&es));
+        tracing::info!(elasticservice = %key(&es), "cleaned up");
+        Ok(Action::await_change())
+    }
+}
+
+/// Nothing to restore when the workload or an API is gone: log it and go on.
+fn ignore_invalid(e: Error) -> Result<(), Error> {
+    match e {
+        Error::Invalid(m) => {
+            tracing::info!("cleanup: {m}");
+            Ok(())
+        }
+        e => Err(e),
+    }
+}
+
+fn owned_by(
+    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    es: &ElasticService,
+) -> bool {
+    let uid = es.uid();
+    refs.iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
+/// The time of the demand annotation, if set and valid (an invalid one is logged).
+pub fn demand(es: &ElasticService) -> Option<Timestamp> {
+    let raw = es.annotations().get(DEMAND_ANNOTATION)?;
+    match raw.parse::<Timestamp>() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(elasticservice = %key(es), "ignoring annotation {DEMAND_ANNOTATION}={raw:?}: not an RFC 3339 time: {e}");
+            None
+        }
+    }
+}
+
+async fn reconcile(es: Arc<ElasticService>, s: Arc<Scaling>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(es.clone(), &s).await;
+    wasmop_kernel::metrics::reconcile(
+        CONTROLLER,
+        started.elapsed(),
+        result.as_ref().err().map_or("ok", Error::metric_label),
+    );
+    result
+}
+
+async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action, Error> {
+    if !s.ctx.kernel.gate().is_active() {
+        tracing::debug!(
+            elasticservice = %key(&es),
+            mode = ?es.status.as_ref().and_then(|st| st.mode.as_deref()),
+            demand = ?demand(&es),
+            "passive: nothing written; reconciled again once promoted"
+        );
+        return Ok(Action::requeue(RESYNC));
+    }
+    let api: Api<ElasticService> = Api::namespaced(
+        s.ctx.kernel.client.clone(),
+        &es.namespace().unwrap_or_default(),
+    );
+    s.ctx.kernel.writer.check()?;
+    let result = finalizer(&api, FINALIZER, es, |event| async move {
+        match event {
+            Finalizer::Apply(es) => s.apply(es).await,
+            Finalizer::Cleanup(es) => s.cleanup(es).await,
+        }
+    })
+    .await;
+    wasmop_kernel::unless_deleted_meanwhile(result).map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(es: Arc<ElasticService>, e: &Error, _s: Arc<Scaling>) -> Action {
+    if e.is_passive() {
+        tracing::debug!(elasticservice = %key(&es), "passive: requeued");
+        return Action::requeue(RESYNC);
+    }
+    if e.is_stale() {
+        tracing::debug!(elasticservice = %key(&es), "the cached copy was stale, retrying: {e}");
+        return Action::requeue(Duration::from_millis(200));
+    }
+    tracing::warn!(elasticservice = %key(&es), "reconcile failed, retrying in 10s: {e}");
+    Action::requeue(Duration::from_secs(10))
+}
+
+fn refs_for_service(
+    store: &Store<ElasticService>,
+    ns: Option<String>,
+    service: &str,
+) -> Vec<ObjectRef<ElasticService>> {
+    store
+        .state()
+        .iter()
+        .filter(|es| es.namespace() == ns)
+        .filter(|es| {
+            es.spec.service == service || private_service_name(&es.spec.service) == service
+        })
+        .map(|es| ObjectRef::from_obj(es.as_ref()))
+        .collect()
+}
+
+/// Runs `controller` (the ElasticService controller, whose store the poller reads) with the
+/// objects it watches besides ElasticServices, reconciling every ElasticService again on each
+/// promotion and each message of `poll_rx` (a poller round left votes), until it ends.
+///
+/// # Errors
+/// Always, once the controller's stream ends.
+pub async fn run(
+    scaling: Arc<Scaling>,
+    controller: Controller<ElasticService>,
+    poll_rx: futures::channel::mpsc::UnboundedReceiver<()>,
+) -> anyhow::Result<()> {
+    let ctx = scaling.ctx.clone();
+    let store = controller.store();
+    let (svc_store, slice_store, pod_store) = (store.clone(), store.clone(), store.clone());
+    let resolver_pods: Api<Pod> =
+        Api::namespaced(ctx.kernel.client.clone(), &scaling.resolver_namespace);
+    let controller = controller
+        .watches(
+            ctx.kernel.watched_api::<Service>(),
+            watcher::Config::default(),
+            move |svc: Service| refs_for_service(&svc_store, svc.namespace(), &svc.name_any()),
+        )
+        .watches(
+            ctx.kernel.watched_api::<EndpointSlice>(),
+            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            move |slice: EndpointSlice| {
+                let service = slice
+                    .labels()
+                    .get(SERVICE_NAME_LABEL)
+                    .cloned()
+                    .unwrap_or_default();
+                refs_for_service(&slice_store, slice.namespace(), &service)
+            },
+        )
+        .watches(
+            resolver_pods,
+            watcher::Config::default().labels(&scaling.opts.resolver_selector),
+            move |_: Pod| {
+                pod_store
+                    .state()
+                    .iter()
+                    .map(|es| ObjectRef::from_obj(es.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .reconcile_all_on(ctx.kernel.gate().promotions())
+        .reconcile_all_on(poll_rx)
+        .run(reconcile, error_policy, scaling.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!("scaling controller: {e}");
+            }
+        });
+    tracing::info!(
+        poll_interval = ?scaling.opts.poll_interval,
+        resolver_namespace = %scaling.resolver_namespace,
+        resolver_selector = %scaling.opts.resolver_selector,
+        "scaling controller started"
+    );
+    controller.await;
+    anyhow::bail!("the ElasticService controller ended")
+}
+
+/// Why a workload is scaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// The resolver holds a request.
+    Demand,
+    /// The triggers (or the enabled window) want the service up.
+    TriggersUp,
+    /// Every trigger votes down and the cooldown is over.
+    TriggersDown,
+    /// The ElasticService is deleted.
+    Deletion,
+}
+
+impl Cause {
+    /// (direction, cause label, Event reason, Event action). Events with the same reason and
+    /// action fold into one series, so the action names the cause.
+    fn describe(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Cause::Demand => ("up", "demand", "ScaledUp", "ScaleUpOnDemand"),
+            Cause::TriggersUp => ("up", "triggers", "ScaledUp", "ScaleUpByTriggers"),
+            Cause::TriggersDown => ("down", "triggers", "ScaledDown", "ScaleDownByTriggers"),
+            Cause::Deletion => ("up", "deletion", "ScaleRestored", "RestoreOnDeletion"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScaleLabels {
+    direction: String,
+    cause: String,
+}
+
+impl ScaleLabels {
+    fn new(direction: &str, cause: &str) -> Self {
+        Self {
+            direction: direction.into(),
+            cause: cause.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EsLabels {
+    namespace: String,
+    elasticservice: String,
+}
+
+impl EsLabels {
+    fn of(es: &ElasticService) -> Self {
+        Self {
+            namespace: es.namespace().unwrap_or_default(),
+            elasticservice: es.name_any(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct VoteLabels {
+    pub(super) plugin: String,
+    pub(super) vote: String,
+}
+
+pub(super) struct Metrics {
+    scales: Family<ScaleLabels, Counter>,
+    proxy: Family<EsLabels, Gauge>,
+    pub(super) votes: Family<VoteLabels, Counter>,
+}
+
+/// The scaling metrics (registered on first use):
+/// `wasmop_scaling_scales_total{direction=up|down, cause=demand|triggers|deletion}`,
+/// `wasmop_scaling_proxy_mode{namespace, elasticservice}` (1 in proxy mode, 0 in serve mode),
+/// `wasmop_scaling_trigger_votes_total{plugin, vote=up|down|error}`.
+pub(super) fn metrics() -> &'static Metrics {
+    static M: LazyLock<Metrics> = LazyLock::new(|| {
+        let m = Metrics {
+            scales: Family::default(),
+            proxy: Family::default(),
+            votes: Family::default(),
+        };
+        wasmop_kernel::metrics::register(
+            "scaling_scales",
+            "Workload scale changes by direction and cause",
+            m.scales.clone(),
+        );
+        wasmop_kernel::metrics::register(
+            "scaling_proxy_mode",
+            "1 while an ElasticService's Service sends its traffic to the resolver, 0 in serve mode",
+            m.proxy.clone(),
+        );
+        wasmop_kernel::metrics::register(
+            "scaling_trigger_votes",
+            "Trigger votes by plugin and vote",
+            m.votes.clone(),
+        );
+        m
+    });
+    &M
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unreachable_context() -> Arc<Context> {
+        crate::test_support::unreachable_context()
+    }
+
+    fn demanded() -> Arc<ElasticService> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
+                "metadata": {"name": "web", "namespace": "shop", "uid": "u",
+                             "annotations": {DEMAND_ANNOTATION: "2026-01-01T00:00:00Z"}},
+                "spec": {"service": "web", "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_passive_instance_sends_nothing_and_requeues() {
+        let ctx = unreachable_context();
+        let scaling = Scaling::new(ctx.clone(), Options::default());
+        assert!(
+            !ctx.kernel.gate().is_active(),
+            "the operator starts passive"
+        );
+        let action = reconcile_inner(demanded(), &scaling).await.unwrap();
+        assert_eq!(action, Action::requeue(RESYNC));
+        assert!(
+            scaling.memory.lock().unwrap().is_empty(),
+            "the demand was not acted on"
+        );
+
+        // Once active, the same reconcile goes to the API server (here: fails to reach it).
+        ctx.kernel.gate().set_active(true);
+        let e = reconcile_inner(demanded(), &scaling).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::AddFinalizer(_))),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cleanup_of_an_elastic_service_already_deleted_is_done_not_failed() {
+        use crate::test_support::{client_answering, context_with};
+        let deleting = || {
+            let mut es = (*demanded()).clone();
+            es.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+            es.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-01-01T00:00:00Z".parse().unwrap(),
+                ));
+            Arc::new(es)
+        };
+        // The API server has none of it any more (the workload, the resolver's EndpointSlice,
+        // the private Service, the ElasticService itself): every request answers 404.
+        let ctx = context_with(client_answering(404));
+        ctx.kernel.gate().set_active(true);
+        let action = reconcile_inner(deleting(), &Scaling::new(ctx, Options::default()))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+
+        // Any other failure is still an error, retried.
+        let ctx = context_with(client_answering(500));
+        ctx.kernel.gate().set_active(true);
+        let e = reconcile_inner(deleting(), &Scaling::new(ctx, Options::default()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::CleanupFailed(_))),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn invalid_demand_annotations_are_ignored() {
+        let mut es = (*demanded()).clone();
+        assert_eq!(demand(&es), Some("2026-01-01T00:00:00Z".parse().unwrap()));
+        es.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(DEMAND_ANNOTATION.into(), "yesterday".into());
+        assert_eq!(demand(&es), None);
+    }
+}

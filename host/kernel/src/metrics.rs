@@ -1,0 +1,144 @@
+//! The process's Prometheus registry (every metric under the `wasmop_` prefix, served at
+//! `/metrics`) and the metrics of the kernel itself:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `wasmop_writes_total` | counter | verb, kind, outcome (`ok`, `passive`, `conflict`, `not_found`, `api`, `client`) |
+//! | `wasmop_reconcile_total` | counter | controller, outcome (`ok` or an error label) |
+//! | `wasmop_reconcile_duration_seconds` | histogram | controller |
+//!
+//! Controllers register metrics of their own with [`register`]; the plugin host registers its
+//! metrics through [`register_with`] (`wasmop_plugin_host::metrics`).
+
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    verb: String,
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+struct Metrics {
+    registry: Mutex<Registry>,
+    writes: Family<WriteLabels, Counter>,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_durations: Family<ControllerLabels, Histogram>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::with_prefix("wasmop");
+    let writes = Family::<WriteLabels, Counter>::default();
+    registry.register(
+        "writes",
+        "Writes to the API server by verb, kind and outcome",
+        writes.clone(),
+    );
+    let reconciles = Family::<ReconcileLabels, Counter>::default();
+    registry.register(
+        "reconcile",
+        "Reconciles by controller and outcome",
+        reconciles.clone(),
+    );
+    let reconcile_durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+        Histogram::new(exponential_buckets(0.000_5, 4.0, 10))
+    });
+    registry.register(
+        "reconcile_duration_seconds",
+        "Reconcile wall time",
+        reconcile_durations.clone(),
+    );
+    Metrics {
+        registry: Mutex::new(registry),
+        writes,
+        reconciles,
+        reconcile_durations,
+    }
+});
+
+/// Records one write to the API server (the gate's writer calls it for every write).
+pub fn write(verb: &str, kind: &str, outcome: &str) {
+    METRICS
+        .writes
+        .get_or_create(&WriteLabels {
+            verb: verb.into(),
+            kind: kind.into(),
+            outcome: outcome.into(),
+        })
+        .inc();
+}
+
+/// Records one reconcile of `controller`; `outcome` is `ok` or a stable error label.
+pub fn reconcile(controller: &str, elapsed: Duration, outcome: &str) {
+    let m = &*METRICS;
+    m.reconciles
+        .get_or_create(&ReconcileLabels {
+            controller: controller.into(),
+            outcome: outcome.into(),
+        })
+        .inc();
+    m.reconcile_durations
+        .get_or_create(&ControllerLabels {
+            controller: controller.into(),
+        })
+        .observe(elapsed.as_secs_f64());
+}
+
+/// Registers a metric under the `wasmop_` prefix (call once per metric, at start).
+pub fn register(name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+    register_with(|registry| registry.register(name, help, metric));
+}
+
+/// Hands the process registry (prefix `wasmop_`) to `f`, e.g. for a component that registers
+/// a set of metrics of its own.
+pub fn register_with(f: impl FnOnce(&mut Registry)) {
+    f(&mut METRICS.registry.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+/// The registered metrics in the Prometheus text format.
+pub fn encode() -> String {
+    let mut out = String::new();
+    let registry = METRICS.registry.lock().unwrap_or_else(|e| e.into_inner());
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_and_reconciles_are_counted_in_the_process_registry() {
+        write("patch", "TestKind", "ok");
+        write("patch", "TestKind", "ok");
+        reconcile("test-controller", Duration::from_millis(3), "ok");
+        let text = encode();
+        assert!(
+            text.contains(r#"wasmop_writes_total{verb="patch",kind="TestKind",outcome="ok"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"wasmop_reconcile_total{controller="test-controller",outcome="ok"} 1"#),
+            "{text}"
+        );
+    }
+}

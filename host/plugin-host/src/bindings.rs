@@ -1,0 +1,58 @@
+//! Host-side bindings of the `wasmop:plugin` worlds (`wit/plugin.wit`), one module per world.
+//! Shared interfaces are generated once (in `router`) and reused by the other worlds.
+#![allow(missing_docs)]
+
+/// The `router` world (routing hook); also the home of the shared `types` and `log` bindings.
+pub mod router {
+    wasmtime::component::bindgen!({
+        world: "router",
+        path: "../../wit",
+        additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
+    });
+}
+
+/// The `scaler` world (scaling hook).
+pub mod scaler {
+    wasmtime::component::bindgen!({
+        world: "scaler",
+        path: "../../wit",
+        additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
+        with: {
+            "wasmop:plugin/types": super::router::wasmop::plugin::types,
+            "wasmop:plugin/log": super::router::wasmop::plugin::log,
+        },
+    });
+}
+
+/// The `restart-predicate` world (restart hook).
+pub mod restart {
+    wasmtime::component::bindgen!({
+        world: "restart-predicate",
+        path: "../../wit",
+        additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
+        with: {
+            "wasmop:plugin/types": super::router::wasmop::plugin::types,
+            "wasmop:plugin/log": super::router::wasmop::plugin::log,
+        },
+    });
+}
+
+/// The `state-checker` world (DR hook).
+pub mod dr {
+    wasmtime::component::bindgen!({
+        world: "state-checker",
+        path: "../../wit",
+        additional_derives: [serde::Serialize, serde::Deserialize],
+        exports: { default: async },
+        with: {
+            "wasmop:plugin/types": super::router::wasmop::plugin::types,
+            "wasmop:plugin/log": super::router::wasmop::plugin::log,
+        },
+    });
+}
+
+pub use router::wasmop::plugin::log::Level as LogLevel;
+pub use router::wasmop::plugin::types::{Hook as WitHook, PluginError, PluginInfo};

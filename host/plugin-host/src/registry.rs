@@ -1,0 +1,1008 @@
+//! The plugin registry: ConfigMap `wasmop-plugins`, key `plugins.yaml` (format in DESIGN.md and
+//! the README), turned into loaded plugins and swapped in atomically.
+//!
+//! - Builtins are always registered under their own names (`routing-istio`, …); entries in
+//!   `plugins:` add plugins or replace a builtin of the same name.
+//! - `defaults:` picks the plugin per hook; a missing default is the hook's builtin.
+//! - A reload compiles only entries whose source, digest, settings, limits or grants changed,
+//!   [`CONCURRENT_LOADS`] at a time, on tokio's blocking pool. An entry that fails keeps its
+//!   last good version serving and its error is reported by [`Registry::status`] (for CR
+//!   conditions) and in the reload report (for the ConfigMap's Event). The operator's reloads
+//!   ([`Registry::apply_notifying`]) serve the other entries once [`LOAD_WAIT`] has passed,
+//!   while a slow one (a hanging download) is `Loading`.
+//! - An entry that failed at its source ([`LoadError::at_source`]) is loaded again by
+//!   [`Registry::retry`], which the ConfigMap watch calls with a backoff.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use super::{Hook, LoadError, Plugin, PluginRuntime, PluginSpec, builtin};
+
+/// Entries a reload or retry fetches and compiles at a time.
+pub const CONCURRENT_LOADS: usize = 4;
+
+/// How long the operator's reload waits for its entries before it serves those that loaded
+/// and marks the rest `Loading` ([`Registry::apply_notifying`]).
+pub const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Name of the registry ConfigMap in the operator's namespace.
+pub const CONFIGMAP_NAME: &str = "wasmop-plugins";
+/// Key of the registry document in that ConfigMap.
+pub const CONFIGMAP_KEY: &str = "plugins.yaml";
+
+/// The parsed `plugins.yaml`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Plugin entries, in addition to (or replacing) the builtins.
+    #[serde(default)]
+    pub plugins: Vec<PluginSpec>,
+    /// The plugin used per hook when a CR names none.
+    #[serde(default)]
+    pub defaults: BTreeMap<Hook, String>,
+}
+
+impl RegistryConfig {
+    /// Parses and checks a `plugins.yaml` document.
+    ///
+    /// # Errors
+    /// YAML errors (with line and column, e.g. an unknown field or hook), an empty or duplicate
+    /// name, a default naming an unknown plugin or one of another hook. What is wrong within one
+    /// entry (its source, `sha256`, limits or grants) fails that entry when it loads, not the
+    /// document: its last good version keeps serving.
+    pub fn parse(yaml: &str) -> Result<Self, String> {
+        let config: Self =
+            serde_yaml::from_str(yaml).map_err(|e| format!("{CONFIGMAP_KEY}: {e}"))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let mut seen = BTreeMap::new();
+        for (i, p) in self.plugins.iter().enumerate() {
+            if p.name.is_empty() {
+                return Err(format!("{CONFIGMAP_KEY}: plugins[{i}]: name is empty"));
+            }
+            if seen.insert(p.name.clone(), p.hook).is_some() {
+                return Err(format!(
+                    "{CONFIGMAP_KEY}: plugins[{i}] ({}): duplicate name",
+                    p.name
+                ));
+            }
+        }
+        for b in builtin::BUILTINS {
+            seen.entry(b.name.to_owned()).or_insert(b.hook);
+        }
+        for (hook, name) in &self.defaults {
+            match seen.get(name) {
+                None => {
+                    return Err(format!(
+                        "{CONFIGMAP_KEY}: defaults.{hook}: no plugin named {name:?}"
+                    ));
+                }
+                Some(h) if h != hook => {
+                    return Err(format!(
+                        "{CONFIGMAP_KEY}: defaults.{hook}: {name} is a {h} plugin"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry including the builtins not replaced by an entry of the same name.
+    pub(crate) fn effective_plugins(&self) -> Vec<PluginSpec> {
+        let mut out = self.plugins.clone();
+        for b in builtin::BUILTINS {
+            if !out.iter().any(|p| p.name == b.name) {
+                out.push(PluginSpec::new(
+                    b.name,
+                    b.hook,
+                    &format!("builtin://{}", b.name),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Where a component's bytes come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `builtin://NAME`: embedded in the binary.
+    Builtin(String),
+    /// `configmap://NAME/KEY`: `binaryData[KEY]` of ConfigMap NAME in the operator namespace.
+    ConfigMap {
+        /// ConfigMap name.
+        name: String,
+        /// Key in `binaryData`.
+        key: String,
+    },
+    /// `file:///path`: a file on the operator's filesystem.
+    File(String),
+    /// `https://…`: downloaded over TLS.
+    Https(String),
+}
+
+impl Source {
+    /// Parses a `source:` value.
+    ///
+    /// # Errors
+    /// An unknown scheme or a malformed `configmap://` reference.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if let Some(name) = s.strip_prefix("builtin://") {
+            Ok(Self::Builtin(name.to_owned()))
+        } else if let Some(rest) = s.strip_prefix("configmap://") {
+            match rest.split_once('/') {
+                Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
+                    Ok(Self::ConfigMap {
+                        name: name.to_owned(),
+                        key: key.to_owned(),
+                    })
+                }
+                _ => Err(format!("source {s:?}: expected configmap://NAME/KEY")),
+            }
+        } else if let Some(path) = s.strip_prefix("file://") {
+            if path.starts_with('/') {
+                Ok(Self::File(path.to_owned()))
+            } else {
+                Err(format!("source {s:?}: expected file:///absolute/path"))
+            }
+        } else if s.starts_with("https://") {
+            Ok(Self::Https(s.to_owned()))
+        } else {
+            Err(format!(
+                "source {s:?}: expected builtin://, configmap://, file:// or https://"
+            ))
+        }
+    }
+}
+
+/// Fetches component bytes for non-builtin sources.
+#[async_trait::async_trait]
+pub trait Fetch: Send + Sync {
+    /// The bytes of `source`.
+    ///
+    /// # Errors
+    /// A message saying what could not be read and why.
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String>;
+}
+
+/// Reads `file://` and `https://` sources; `configmap://` needs a cluster (the operator reads those).
+#[derive(Clone, Debug, Default)]
+pub struct LocalFetch {
+    /// PEM certificates trusted for `https://` sources in addition to the system's roots.
+    pub extra_ca_pem: Option<Vec<u8>>,
+}
+
+/// Largest component accepted from a remote source, in bytes.
+pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
+/// Time allowed for downloading one component.
+pub const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Time allowed for the TCP connection of one `https://` request (the first, or one a redirect
+/// leads to): a host that drops packets (a firewall) fails the entry with that cause instead
+/// of the download timeout.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The system's trusted roots, read once per process (as rustls-native-certs advises): a
+/// retried download does not read them again.
+static SYSTEM_ROOTS: std::sync::LazyLock<rustls::RootCertStore> = std::sync::LazyLock::new(|| {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+});
+
+/// Redirects an `https://` download follows, at most.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Downloads `url` over TLS, verifying the server against the system's roots (`SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` are honoured, as read at the first download) plus `extra_ca_pem`.
+/// Follows up to [`MAX_REDIRECTS`] redirects (a release asset's URL usually redirects to its
+/// storage), to `https://` URLs only; the entry's sha256 pins what arrives wherever it comes
+/// from.
+///
+/// # Errors
+/// A message naming the URL: TLS or connection failure, a status other than 200 (after
+/// redirects), a redirect to a URL that is not `https://` or more than [`MAX_REDIRECTS`] of
+/// them, a body over [`MAX_COMPONENT_BYTES`], no connection within [`CONNECT_TIMEOUT`], or a
+/// download past [`DOWNLOAD_TIMEOUT`].
+pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    use http_body_util::{BodyExt, Empty, Limited};
+    let tls = super::http_pool::tls_config(SYSTEM_ROOTS.clone(), extra_ca_pem)?;
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .wrap_connector(tcp);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, Empty<bytes::Bytes>>(connector);
+    let download = async {
+        let mut current = url.to_owned();
+        for _ in 0..=MAX_REDIRECTS {
+            let uri: http::Uri = current
+                .parse()
+                .map_err(|e| format!("{url}: not a valid URL {current}: {e}"))?;
+            // The chain of causes, e.g. "client error (Connect): tcp connect error: Connection
+            // refused (os error 111)", rather than the client's nested Debug dump.
+            let response = client.get(uri).await.map_err(|e| {
+                if timed_out(&e) {
+                    format!(
+                        "{}: no connection within {CONNECT_TIMEOUT:?}: the host does not answer \
+                         (is it reachable from the operator's network?)",
+                        via(url, &current)
+                    )
+                } else {
+                    format!("{}: {:#}", via(url, &current), anyhow::Error::from(e))
+                }
+            })?;
+            let status = response.status();
+            if status.is_redirection()
+                && let Some(location) = response.headers().get(http::header::LOCATION)
+            {
+                let next = location
+                    .to_str()
+                    .ok()
+                    .and_then(|l| url::Url::parse(&current).ok()?.join(l).ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: the server answered {status} with a Location that is not a URL",
+                            via(url, &current)
+                        )
+                    })?;
+                if next.scheme() != "https" {
+                    return Err(format!(
+                        "{}: the server redirects to {next}, which is not https://; refused",
+                        via(url, &current)
+                    ));
+                }
+                current = next.into();
+                continue;
+            }
+            if status != http::StatusCode::OK {
+                return Err(format!(
+                    "{}: the server answered {status}",
+                    via(url, &current)
+                ));
+            }
+            let body = Limited::new(response.into_body(), MAX_COMPONENT_BYTES)
+                .collect()
+                .await
+                .map_err(|e| format!("{}: reading the body failed: {e}", via(url, &current)))?;
+            return Ok(body.to_bytes().to_vec());
+        }
+        Err(format!(
+            "{url}: more than {MAX_REDIRECTS} redirects (last to {current})"
+        ))
+    };
+    tokio::time::timeout(DOWNLOAD_TIMEOUT, download)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "{url}: no complete answer within {DOWNLOAD_TIMEOUT:?}"
+            ))
+        })
+}
+
+/// Whether `e` is a connect that ran out of [`CONNECT_TIMEOUT`].
+fn timed_out(e: &hyper_util::client::legacy::Error) -> bool {
+    e.is_connect()
+        && super::http_pool::causes(e).any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        })
+}
+
+/// `url`, and the URL a redirect led to when it is another.
+fn via(url: &str, current: &str) -> String {
+    if url == current {
+        url.to_owned()
+    } else {
+        format!("{url} (redirected to {current})")
+    }
+}
+
+#[async_trait::async_trait]
+impl Fetch for LocalFetch {
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        match source {
+            Source::File(path) => tokio::fs::read(path)
+                .await
+                .map_err(|e| format!("cannot read {path}: {e}")),
+            Source::Builtin(name) => builtin::find(name)
+                .map(|b| b.wasm.to_vec())
+                .ok_or_else(|| builtin::unknown(name)),
+            Source::ConfigMap { name, key } => Err(format!(
+                "configmap://{name}/{key} needs a cluster connection"
+            )),
+            Source::Https(url) => https_get(url, self.extra_ca_pem.as_deref()).await,
+        }
+    }
+}
+
+/// Readiness of one registry entry, as reported in CR conditions (`PluginReady`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The entry name.
+    pub name: String,
+    /// The hook.
+    pub hook: Option<Hook>,
+    /// True when the latest version of the entry is loaded and serving.
+    pub ready: bool,
+    /// `Loaded`, `LoadFailed` (last good still serving), `NotLoaded` (nothing to serve),
+    /// `Loading` (a reload is still fetching or compiling it; last good, if any, serving),
+    /// `NotFound`, or `WrongHook` (the entry implements another hook; [`Registry::status`]).
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// Digest of the version serving calls, if any.
+    pub serving_digest: Option<String>,
+}
+
+/// One immutable view of the registry.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    plugins: BTreeMap<String, Arc<Plugin>>,
+    specs: BTreeMap<String, PluginSpec>,
+    errors: BTreeMap<String, String>,
+    defaults: BTreeMap<Hook, String>,
+    config_error: Option<String>,
+    /// Failed entries whose failure was at their source ([`LoadError::at_source`]).
+    retry: BTreeSet<String>,
+    /// Entries of the latest config still loading when an interim snapshot was swapped in
+    /// ([`Registry::apply_notifying`]).
+    loading: BTreeSet<String>,
+}
+
+impl Snapshot {
+    /// Records the load of changed entry `spec`: its plugin, or its error with the last good
+    /// version of `old` kept serving.
+    fn settle(
+        &mut self,
+        old: &Snapshot,
+        spec: &PluginSpec,
+        result: Result<Arc<Plugin>, LoadError>,
+        report: &mut ReloadReport,
+    ) {
+        let name = &spec.name;
+        match result {
+            Ok(plugin) => {
+                self.plugins.insert(name.clone(), plugin);
+                report.loaded.push(name.clone());
+            }
+            Err(e) => {
+                self.keep_serving(old, spec);
+                if e.at_source {
+                    self.retry.insert(name.clone());
+                }
+                self.errors.insert(name.clone(), e.message.clone());
+                report.failed.push((name.clone(), e.message));
+            }
+        }
+    }
+
+    /// Keeps `old`'s version of `spec` serving, if it is for the same hook.
+    fn keep_serving(&mut self, old: &Snapshot, spec: &PluginSpec) {
+        if let Some(p) = old
+            .plugins
+            .get(&spec.name)
+            .filter(|p| p.spec().hook == spec.hook)
+        {
+            self.plugins.insert(spec.name.clone(), p.clone());
+        }
+    }
+
+    /// The entry a resource of `hook` uses: `name` (its `spec.plugin`) if given, else the
+    /// hook's default, else the hook's builtin.
+    fn entry_name(&self, hook: Hook, name: Option<&str>) -> String {
+        name.map(str::to_owned)
+            .or_else(|| self.defaults.get(&hook).cloned())
+            .unwrap_or_else(|| builtin::for_hook(hook).name.to_owned())
+    }
+}
+
+/// What a reload did, for logs and the ConfigMap's Events.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReloadReport {
+    /// Entries (re)loaded successfully.
+    pub loaded: Vec<String>,
+    /// Entries that failed to load, with the error (their last good version, if any, keeps serving).
+    pub failed: Vec<(String, String)>,
+    /// Entries removed from the registry.
+    pub removed: Vec<String>,
+}
+
+/// Why no plugin could be resolved for a call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No entry with that name.
+    #[error("no plugin named {0:?} in {CONFIGMAP_NAME}")]
+    NotFound(String),
+    /// The entry exists but implements another hook.
+    #[error("plugin {name:?} is a {found} plugin; this resource needs a {want} plugin")]
+    WrongHook {
+        /// Entry name.
+        name: String,
+        /// Its hook.
+        found: Hook,
+        /// The hook asked for.
+        want: Hook,
+    },
+    /// The entry never loaded successfully.
+    #[error("plugin {name:?} is not loaded: {error}")]
+    NotLoaded {
+        /// Entry name.
+        name: String,
+        /// Its load error.
+        error: String,
+    },
+}
+
+/// The live registry: loaded plugins behind an atomically swapped snapshot.
+pub struct Registry {
+    runtime: Arc<PluginRuntime>,
+    current: ArcSwap<Snapshot>,
+    reload: tokio::sync::Mutex<()>,
+    /// Set by the first [`Registry::reloaded`].
+    loaded: std::sync::atomic::AtomicBool,
+    /// Counts [`Registry::reloaded`] calls, for [`Registry::reloads`].
+    reloads: tokio::sync::watch::Sender<u64>,
+}
+
+impl Registry {
+    /// An empty registry; call [`Registry::apply`] to load.
+    pub fn new(runtime: Arc<PluginRuntime>) -> Arc<Self> {
+        Arc::new(Self {
+            runtime,
+            current: ArcSwap::from_pointee(Snapshot::default()),
+            reload: tokio::sync::Mutex::new(()),
+            loaded: std::sync::atomic::AtomicBool::new(false),
+            reloads: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    /// Tells the users of the registry that a reload (or retry) changed what it serves: marks
+    /// it loaded, sets the registry gauges (`wasmop_plugin_ready`,
+    /// `wasmop_plugins_config_last_reload_successful`) and ticks every [`Registry::reloads`]
+    /// receiver. The operator calls it after each reload.
+    pub fn reloaded(&self) {
+        let (statuses, config_error) = self.statuses();
+        self.runtime
+            .metrics()
+            .registry_state(&statuses, config_error.as_deref());
+        self.loaded
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.reloads.send_modify(|n| *n += 1);
+    }
+
+    /// Whether [`Registry::reloaded`] was called once (the operator's readiness).
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A receiver that changes after every [`Registry::reloaded`] (for `PluginReady` and for
+    /// reconciling again the resources whose plugin changed).
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+
+    /// The plugin runtime.
+    pub fn runtime(&self) -> &Arc<PluginRuntime> {
+        &self.runtime
+    }
+
+    /// The plugin for `hook`: `name` if given (a CR's `spec.plugin`), else the hook's default.
+    /// A name whose latest version failed to load resolves to its last good version.
+    ///
+    /// # Errors
+    /// [`ResolveError`] when the name is unknown, of another hook, or never loaded.
+    pub fn resolve(&self, hook: Hook, name: Option<&str>) -> Result<Arc<Plugin>, ResolveError> {
+        let snap = self.current.load();
+        let name = snap.entry_name(hook, name);
+        let Some(spec) = snap.specs.get(&name) else {
+            return Err(ResolveError::NotFound(name));
+        };
+        if spec.hook != hook {
+            return Err(ResolveError::WrongHook {
+                name,
+                found: spec.hook,
+                want: hook,
+            });
+        }
+        match snap.plugins.get(&name) {
+            Some(p) => Ok(p.clone()),
+            None => Err(ResolveError::NotLoaded {
+                error: if snap.loading.contains(&name) {
+                    LOADING.to_owned()
+                } else {
+                    snap.errors
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| "not loaded yet".into())
+                },
+                name,
+            }),
+        }
+    }
+
+    /// The readiness of the plugin a CR of `hook` naming `name` (or none) uses: the entry's
+    /// own status, or `WrongHook` (not ready) when the entry implements another hook, as
+    /// [`Registry::resolve`] refuses it.
+    pub fn status(&self, hook: Hook, name: Option<&str>) -> PluginStatus {
+        let snap = self.current.load();
+        let name = snap.entry_name(hook, name);
+        let mut status = status_of(&snap, &name);
+        if let Some(found) = status.hook.filter(|&h| h != hook) {
+            status.ready = false;
+            status.reason = "WrongHook".into();
+            status.message = format!("it is a {found} plugin; this resource needs a {hook} plugin");
+        }
+        status
+    }
+
+    /// The sha256 digests of the components serving calls: each entry's latest version, or
+    /// its last good one.
+    pub fn serving_digests(&self) -> BTreeSet<String> {
+        let snap = self.current.load();
+        snap.plugins
+            .values()
+            .map(|p| p.digest().to_owned())
+            .collect()
+    }
+
+    /// The readiness of every entry, and the config error if the ConfigMap was rejected.
+    pub fn statuses(&self) -> (Vec<PluginStatus>, Option<String>) {
+        let snap = self.current.load();
+        (
+            snap.specs.keys().map(|n| status_of(&snap, n)).collect(),
+            snap.config_error.clone(),
+        )
+    }
+
+    /// Records that the ConfigMap could not be used (missing or malformed) and falls back to the
+    /// builtin defaults, keeping every loaded builtin.
+    pub async fn apply_fallback(&self, reason: String, fetch: &dyn Fetch) -> ReloadReport {
+        let report = self.apply(RegistryConfig::default(), fetch).await;
+        let mut snap = Snapshot::clone(&self.current.load());
+        snap.config_error = Some(reason);
+        self.current.store(Arc::new(snap));
+        report
+    }
+
+    /// Loads `config`: unchanged entries keep their loaded plugin, changed ones are fetched,
+    /// verified and compiled off the executor (several at a time), then the new snapshot is
+    /// swapped in at once. The report lists what loaded and what failed, with why; the caller
+    /// logs it. Waits for every entry: see [`Registry::apply_notifying`] for a reload that
+    /// serves what loaded while a slow entry is still loading.
+    pub async fn apply(&self, config: RegistryConfig, fetch: &dyn Fetch) -> ReloadReport {
+        self.apply_notifying(config, fetch, None, &|_| {}).await
+    }
+
+    /// As [`Registry::apply`]; when entries are still loading after `wait` (a download that
+    /// hangs until its 60 s timeout, a large component compiling), swaps in a snapshot with
+    /// everything else of `config` and calls `swapped` with their names (sorted). Those entries
+    /// are then `Loading` ([`PluginStatus::reason`]) with their last good version, if any,
+    /// serving, until the final snapshot. Dropping the future before it ends (a newer
+    /// ConfigMap) leaves that interim snapshot, whose loading entries the next apply loads
+    /// again.
+    pub async fn apply_notifying(
+        &self,
+        config: RegistryConfig,
+        fetch: &dyn Fetch,
+        wait: Option<std::time::Duration>,
+        swapped: &(dyn Fn(&[String]) + Send + Sync),
+    ) -> ReloadReport {
+        use futures::StreamExt as _;
+        let _guard = self.reload.lock().await;
+        let old = self.current.load_full();
+        let mut next = Snapshot {
+            defaults: config.defaults.clone(),
+            ..Snapshot::default()
+        };
+        let mut changed = Vec::new();
+        for spec in config.effective_plugins() {
+            let name = spec.name.clone();
+            let unchanged = old.specs.get(&name) == Some(&spec) && !old.loading.contains(&name);
+            if unchanged {
+                if let Some(p) = old.plugins.get(&name) {
+                    next.plugins.insert(name.clone(), p.clone());
+                }
+                if let Some(e) = old.errors.get(&name) {
+                    next.errors.insert(name.clone(), e.clone());
+                }
+                if old.retry.contains(&name) {
+                    next.retry.insert(name.clone());
+                }
+            } else {
+                changed.push(spec.clone());
+            }
+            next.specs.insert(name, spec);
+        }
+        // Builtins first: they compile in a fraction of a second and serve the defaults, where
+        // a custom component may take seconds (compiles run one at a time).
+        changed.sort_by_key(|spec| !spec.source.starts_with("builtin://"));
+        let mut loads = Vec::with_capacity(changed.len());
+        for spec in &changed {
+            loads.push(self.load_labelled(spec, fetch));
+        }
+        let mut loads = futures::stream::iter(loads).buffer_unordered(CONCURRENT_LOADS);
+        let mut report = ReloadReport::default();
+        if let Some(wait) = wait {
+            let deadline = tokio::time::sleep(wait);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    loaded = loads.next() => match loaded {
+                        Some((spec, result)) => next.settle(&old, spec, result, &mut report),
+                        None => break,
+                    },
+                    () = &mut deadline => {
+                        let settled: BTreeSet<&String> = report
+                            .loaded
+                            .iter()
+                            .chain(report.failed.iter().map(|(name, _)| name))
+                            .collect();
+                        let mut interim = next.clone();
+                        for spec in changed.iter().filter(|s| !settled.contains(&s.name)) {
+                            interim.keep_serving(&old, spec);
+                            interim.loading.insert(spec.name.clone());
+                        }
+                        let loading: Vec<String> = interim.loading.iter().cloned().collect();
+                        self.current.store(Arc::new(interim));
+                        swapped(&loading);
+                        break;
+                    }
+                }
+            }
+        }
+        while let Some((spec, result)) = loads.next().await {
+            next.settle(&old, spec, result, &mut report);
+        }
+        // Loads end in any order; reports list entries by name.
+        report.loaded.sort();
+        report.failed.sort();
+        report.removed = old
+            .specs
+            .keys()
+            .filter(|n| !next.specs.contains_key(*n))
+            .cloned()
+            .collect();
+        self.current.store(Arc::new(next));
+        report
+    }
+
+    /// Whether entry `name` failed at its source and is retried (see [`Registry::retry`]).
+    pub fn retrying(&self, name: &str) -> bool {
+        self.current.load().retry.contains(name)
+    }
+
+    /// Whether an entry failed at its source (unreachable, or bytes that do not match its
+    /// sha256), so that [`Registry::retry`] may load it without a change to the registry.
+    pub fn has_retryable(&self) -> bool {
+        !self.current.load().retry.is_empty()
+    }
+
+    /// Loads again every entry that failed at its source (several at a time), keeping
+    /// everything else as it is. The report lists the entries that loaded now, and those that
+    /// failed with a new error; one that fails as before is left out (logged at debug), so a
+    /// retry adds no noise. Dropping the future before it ends changes nothing.
+    pub async fn retry(&self, fetch: &dyn Fetch) -> ReloadReport {
+        use futures::StreamExt as _;
+        let _guard = self.reload.lock().await;
+        let old = self.current.load_full();
+        let mut next = Snapshot::clone(&old);
+        let mut report = ReloadReport::default();
+        next.retry.retain(|name| old.specs.contains_key(name));
+        let mut loads = Vec::with_capacity(next.retry.len());
+        for name in &next.retry {
+            loads.push(self.load_labelled(&old.specs[name], fetch));
+        }
+        let results: Vec<_> = futures::stream::iter(loads)
+            .buffer_unordered(CONCURRENT_LOADS)
+            .collect()
+            .await;
+        for (spec, result) in results {
+            let name = spec.name.clone();
+            match result {
+                Ok(plugin) => {
+                    next.plugins.insert(name.clone(), plugin);
+                    next.errors.remove(&name);
+                    next.retry.remove(&name);
+                    report.loaded.push(name);
+                }
+                Err(e) => {
+                    if !e.at_source {
+                        next.retry.remove(&name);
+                    }
+                    if old.errors.get(&name) == Some(&e.message) {
+                        tracing::debug!(plugin = %name, "retried; fails as before: {}", e.message);
+                        continue;
+                    }
+                    next.errors.insert(name.clone(), e.message.clone());
+                    report.failed.push((name, e.message));
+                }
+            }
+        }
+        // Loads end in any order; reports list entries by name.
+        report.loaded.sort();
+        report.failed.sort();
+        self.current.store(Arc::new(next));
+        report
+    }
+
+    /// [`Registry::load_spec`], with the spec it loaded.
+    async fn load_labelled<'s>(
+        &self,
+        spec: &'s PluginSpec,
+        fetch: &dyn Fetch,
+    ) -> (&'s PluginSpec, Result<Arc<Plugin>, LoadError>) {
+        (spec, self.load_spec(spec, fetch).await)
+    }
+
+    async fn load_spec(
+        &self,
+        spec: &PluginSpec,
+        fetch: &dyn Fetch,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let invalid = |message: String| {
+            LoadError::new(
+                &spec.name,
+                format!("invalid {CONFIGMAP_KEY} entry: {message}"),
+            )
+        };
+        let bytes: std::borrow::Cow<'static, [u8]> = match check_entry(spec).map_err(invalid)? {
+            Checked::Builtin(b) => std::borrow::Cow::Borrowed(b.wasm),
+            Checked::Fetched(source) => {
+                std::borrow::Cow::Owned(fetch.fetch(&source).await.map_err(|message| {
+                    LoadError {
+                        at_source: true,
+                        ..LoadError::new(&spec.name, message)
+                    }
+                })?)
+            }
+        };
+        self.runtime.load(spec, &bytes).await
+    }
+}
+
+/// Checks one entry of `plugins.yaml` before it is fetched: its source (a known scheme; a
+/// builtin of its hook; `sha256` for every source but a builtin), positive limits and grants
+/// the sandbox can enforce. An entry that fails this fails alone, as a load does (its last good
+/// version keeps serving); only a document that does not parse, or whose names or defaults
+/// do not hold together, is replaced by the builtins.
+///
+/// Returns where the entry's bytes come from.
+///
+/// # Errors
+/// What is wrong with the entry and how to write it.
+fn check_entry(p: &PluginSpec) -> Result<Checked, String> {
+    let checked = match Source::parse(&p.source)? {
+        Source::Builtin(name) => {
+            let b = builtin::find(&name).ok_or_else(|| builtin::unknown(&name))?;
+            if b.hook != p.hook {
+                return Err(format!(
+                    "builtin {name} is a {} plugin, not {}",
+                    b.hook, p.hook
+                ));
+            }
+            Checked::Builtin(b)
+        }
+        _ if p.sha256.as_deref().is_none_or(str::is_empty) => {
+            return Err(format!("sha256 is required for source {}", p.source));
+        }
+        source => Checked::Fetched(source),
+    };
+    if p.limits.timeout_ms == 0 || p.limits.memory_mib == 0 || p.limits.max_output_kib == 0 {
+        return Err("limits must be positive".to_owned());
+    }
+    for (j, host) in p.grants.allowed_hosts.iter().enumerate() {
+        super::sandbox::check_allowed_host(host)
+            .map_err(|e| format!("grants.allowedHosts[{j}]: {e}"))?;
+    }
+    if let Some(dir) = p.grants.read_only_dir.as_deref()
+        && !dir.is_empty()
+        && !dir.starts_with('/')
+    {
+        return Err(format!(
+            "grants.readOnlyDir {dir:?} must be an absolute path in the operator's container"
+        ));
+    }
+    Ok(checked)
+}
+
+/// The source of an entry that passed [`check_entry`].
+#[derive(Debug)]
+enum Checked {
+    /// Embedded in the binary.
+    Builtin(&'static builtin::Builtin),
+    /// To fetch, then verify against the entry's sha256.
+    Fetched(Source),
+}
+
+fn status_of(snap: &Snapshot, name: &str) -> PluginStatus {
+    let spec = snap.specs.get(name);
+    let serving = snap.plugins.get(name);
+    let error = snap.errors.get(name).map(|e| {
+        if snap.retry.contains(name) {
+            format!("{e} (retried with backoff)")
+        } else {
+            e.clone()
+        }
+    });
+    let (ready, reason, message) = match (spec, error, serving) {
+        (None, _, _) => (
+            false,
+            "NotFound",
+            format!("no entry of that name in ConfigMap {CONFIGMAP_NAME}, nor a builtin"),
+        ),
+        (Some(_), _, serving) if snap.loading.contains(name) => (
+            false,
+            "Loading",
+            match serving {
+                Some(p) => format!(
+                    "{LOADING}; the previous version ({}) keeps serving",
+                    short(p.digest())
+                ),
+                None => format!("{LOADING}; nothing serves it until it loads"),
+            },
+        ),
+        (Some(_), Some(e), Some(p)) => (
+            false,
+            "LoadFailed",
+            format!(
+                "{e}; the previous version ({}) keeps serving",
+                short(p.digest())
+            ),
+        ),
+        (Some(_), Some(e), None) => (false, "NotLoaded", e),
+        (Some(_), None, Some(p)) => (
+            true,
+            "Loaded",
+            format!("{} {} ({})", p.info().0, p.info().1, short(p.digest())),
+        ),
+        (Some(_), None, None) => (false, "NotLoaded", "not loaded yet".to_owned()),
+    };
+    PluginStatus {
+        name: name.to_owned(),
+        hook: spec.map(|s| s.hook),
+        ready,
+        reason: reason.to_owned(),
+        message,
+        serving_digest: serving.map(|p| p.digest().to_owned()),
+    }
+}
+
+/// What a `Loading` entry is doing.
+const LOADING: &str = "still loading (fetching, verifying and compiling it)";
+
+fn short(digest: &str) -> String {
+    format!("sha256:{}", &digest[..digest.len().min(12)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_format() {
+        let c = RegistryConfig::parse(
+            r#"
+plugins:
+  - name: istio-routing
+    hook: routing
+    source: builtin://routing-istio
+    settings: {responseHeader: x-env}
+    limits: { memoryMiB: 32, timeoutMs: 100, maxOutputKiB: 512 }
+    grants: { allowedHosts: [], readOnlyDir: "" }
+    failurePolicy: Ignore
+  - name: custom
+    hook: scaling
+    source: configmap://my-plugins/scaler.wasm
+    sha256: "00"
+defaults: { routing: istio-routing, scaling: custom }
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.plugins[0].limits.memory_mib, 32);
+        assert_eq!(
+            c.plugins[0].failure_policy,
+            super::super::FailurePolicy::Ignore
+        );
+        assert_eq!(c.defaults[&Hook::Scaling], "custom");
+        let names: Vec<_> = c.effective_plugins().into_iter().map(|p| p.name).collect();
+        assert!(
+            names.contains(&"dr-lease".to_owned()) && names.contains(&"istio-routing".to_owned())
+        );
+    }
+
+    #[test]
+    fn rejects_a_document_that_does_not_hold_together() {
+        let err = |y: &str| RegistryConfig::parse(y).unwrap_err();
+        assert!(err("defaults: {routing: nope}").contains("no plugin named \"nope\""));
+        assert!(err("defaults: {routing: dr-lease}").contains("is a dr plugin"));
+        assert!(err("plugins: [{name: a, hook: routing, source: 'builtin://routing-istio', colour: red}]").contains("unknown field"));
+        assert!(
+            err("plugins: [{name: a, hook: nope, source: 'builtin://routing-istio'}]")
+                .contains("unknown variant")
+        );
+        assert!(
+            err("plugins: [{name: '', hook: routing, source: 'builtin://routing-istio'}]")
+                .contains("name is empty")
+        );
+        assert!(
+            err(
+                "plugins: [{name: a, hook: routing, source: 'builtin://routing-istio'}, \
+                 {name: a, hook: routing, source: 'builtin://routing-istio'}]"
+            )
+            .contains("plugins[1] (a): duplicate name")
+        );
+    }
+
+    #[test]
+    fn rejects_an_entry_it_cannot_load() {
+        let err = |entry: &str| {
+            let doc = format!("plugins: [{entry}]");
+            let config = RegistryConfig::parse(&doc).expect("an entry's mistakes are its own");
+            check_entry(&config.plugins[0]).unwrap_err()
+        };
+        assert!(
+            err("{name: a, hook: routing, source: 'file:///a.wasm'}")
+                .contains("sha256 is required")
+        );
+        assert!(err("{name: a, hook: routing, source: 'ftp://x'}").contains("expected builtin://"));
+        assert!(
+            err("{name: a, hook: scaling, source: 'builtin://routing-istio'}")
+                .contains("is a routing plugin")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'configmap://x'}")
+                .contains("configmap://NAME/KEY")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'builtin://routing-istio', limits: {timeoutMs: 0}}")
+                .contains("limits must be positive")
+        );
+        let grant = |host: &str| {
+            err(&format!(
+                "{{name: a, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: [ok.example, '{host}']}}}}"
+            ))
+        };
+        assert_eq!(
+            grant("http://prometheus:9090"),
+            "grants.allowedHosts[1]: \"http://prometheus:9090\" is a URL; write host or \
+             host:port, e.g. prometheus.monitoring:9090"
+        );
+        assert!(grant("*.svc").contains("wildcards are not supported"));
+        assert!(grant("prometheus:99999").contains("the port must be a number up to 65535"));
+        assert!(grant("user@prometheus").contains("is not a host"));
+        assert!(grant("").contains("is not a host"));
+        assert!(
+            err("{name: a, hook: routing, source: 'builtin://routing-istio', grants: {readOnlyDir: data}}")
+                .contains("grants.readOnlyDir \"data\" must be an absolute path")
+        );
+        for fine in [
+            "prometheus",
+            "prometheus.monitoring:9090",
+            "127.0.0.1:80",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            let doc = format!(
+                "plugins: [{{name: a, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: ['{fine}']}}}}]"
+            );
+            let config = RegistryConfig::parse(&doc).unwrap();
+            assert!(check_entry(&config.plugins[0]).is_ok(), "{fine}");
+        }
+    }
+}

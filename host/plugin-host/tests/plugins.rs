@@ -1,0 +1,1388 @@
+//! Plugin tier: real components through the real host. The default plugins answer; the hostile
+//! fixture (tests/fixtures/hostile) fails each call with the right cause, and the host keeps
+//! serving the next call.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use wasmop_plugin_host::registry::{
+    CONCURRENT_LOADS, Fetch, LocalFetch, Registry, RegistryConfig, Source,
+};
+use wasmop_plugin_host::{
+    CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
+    RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
+};
+use wasmop_tests::tls::{self, TestCa};
+
+fn components_dir() -> std::path::PathBuf {
+    wasmop_tests::components_dir()
+}
+
+fn runtime() -> Arc<PluginRuntime> {
+    runtime_trusting(None)
+}
+
+/// The tests' runtime, trusting `extra_ca_pem` for plugins' `https://` requests.
+fn runtime_trusting(extra_ca_pem: Option<&str>) -> Arc<PluginRuntime> {
+    let dir = std::env::temp_dir().join(format!("wasmop-plugin-tests-{}", std::process::id()));
+    PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir),
+        max_concurrent_calls: 2,
+        pooling: false,
+        extra_ca_pem: extra_ca_pem.map(|pem| pem.as_bytes().to_vec()),
+    })
+    .unwrap()
+}
+
+async fn hostile(rt: &Arc<PluginRuntime>, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
+    let mut spec = PluginSpec::new("hostile", Hook::Routing, "file:///hostile.wasm");
+    edit(&mut spec);
+    rt.load(&spec, &bytes).await.unwrap()
+}
+
+fn request(behaviour: &str, param: &str) -> RouteRequest {
+    RouteRequest {
+        dynamic_env: "ns/de".into(),
+        unique_name: "u".into(),
+        subset: behaviour.into(),
+        host: param.into(),
+        namespace: "ns".into(),
+        default_version: "shared".into(),
+        matches: vec![],
+        route_prefix: "p-".into(),
+        virtual_service: "{}".into(),
+    }
+}
+
+async fn fails(p: &Arc<Plugin>, behaviour: &str, param: &str) -> CallError {
+    let e = p
+        .route(request(behaviour, param))
+        .await
+        .expect_err("the call must fail");
+    assert_eq!(
+        (e.plugin.as_str(), e.hook),
+        ("hostile", Hook::Routing),
+        "the error names plugin and hook: {e}"
+    );
+    // The host still serves the next call.
+    p.route(request("ok", ""))
+        .await
+        .expect("the next call succeeds");
+    e
+}
+
+/// [`fails`] with `behaviour`, which must fail as a timeout at `limit_ms` within twice that
+/// long.
+async fn times_out(p: &Arc<Plugin>, behaviour: &str, param: &str, limit_ms: u32) -> CallError {
+    let started = Instant::now();
+    let e = fails(p, behaviour, param).await;
+    let elapsed = started.elapsed();
+    assert_eq!(e.failure, Failure::Timeout { limit_ms }, "{e}");
+    assert!(
+        elapsed < Duration::from_millis(2 * u64::from(limit_ms)),
+        "took {elapsed:?}"
+    );
+    e
+}
+
+#[tokio::test]
+async fn infinite_loop_times_out_within_twice_the_deadline() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    let e = times_out(&p, "loop", "", 250).await;
+    assert!(e.to_string().contains("timed out after 250 ms"), "{e}");
+}
+
+#[tokio::test]
+async fn memory_growth_hits_the_limit() {
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.memory_mib = 16).await;
+    let e = fails(&p, "oom", "").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+    assert!(e.to_string().contains("out of memory"), "{e}");
+}
+
+#[tokio::test]
+async fn a_panic_is_a_trap_with_its_message() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    let e = fails(&p, "trap", "").await;
+    let Failure::Trap(m) = &e.failure else {
+        panic!("{e}")
+    };
+    assert!(
+        m.starts_with("wasm trap: wasm `unreachable` instruction executed; stderr: thread"),
+        "{e}"
+    );
+    // The location's line and column move with the fixture's source: not asserted.
+    let at = "panicked at tests/fixtures/hostile/src/component.rs:";
+    let tail = m.split_once(at).map(|(_, t)| t);
+    assert!(
+        tail.is_some_and(|t| t
+            .split_once(": ")
+            .is_some_and(|(_, msg)| msg.starts_with("fixture panic"))),
+        "the panic message, from the plugin's stderr: {e}"
+    );
+    assert!(
+        !m.contains("backtrace:"),
+        "the backtrace goes to the debug log: {e}"
+    );
+}
+
+/// stderr never fails a plugin, however much it writes, and a failure quotes its last bytes.
+#[tokio::test]
+async fn stderr_is_kept_to_its_tail_and_never_fails_the_plugin() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    p.route(request("stderr", "1024,ok"))
+        .await
+        .expect("1 MiB of stderr is written and dropped, the call succeeds");
+    let e = fails(&p, "stderr", "64").await;
+    let Failure::Trap(m) = &e.failure else {
+        panic!("{e}")
+    };
+    assert!(m.contains("gave up after the chatter"), "{e}");
+    let stderr = m.split_once("; stderr: ").expect("stderr quoted").1;
+    // Its last 2 KiB of 64 KiB, newlines written as "; ".
+    assert!(
+        stderr.ends_with("gave up after the chatter; note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace")
+            && stderr.len() < wasmop_plugin_host::sandbox::STDERR_TAIL + 16,
+        "only the tail: {} bytes",
+        stderr.len()
+    );
+}
+
+#[tokio::test]
+async fn oversized_output_is_rejected() {
+    let rt = runtime();
+    // 2 MiB of output against the default 1 MiB cap.
+    let p = hostile(&rt, |_| {}).await;
+    let e = fails(&p, "huge", "2").await;
+    assert_eq!(
+        e.failure,
+        Failure::OutputTooLarge {
+            size_kib: 2048,
+            limit_kib: 1024
+        },
+        "{e}"
+    );
+    // 100 MiB: refused, whether by the memory cap or the output cap.
+    let big = hostile(&rt, |s| {
+        s.limits.memory_mib = 256;
+        s.limits.timeout_ms = 20_000;
+    })
+    .await;
+    let e = fails(&big, "huge", "100").await;
+    assert!(
+        matches!(
+            e.failure,
+            Failure::OutputTooLarge {
+                size_kib: 102_400,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let small = hostile(&rt, |s| s.limits.timeout_ms = 20_000).await;
+    let e = fails(&small, "huge", "100").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 64 }, "{e}");
+}
+
+#[tokio::test]
+async fn a_component_of_another_world_is_refused_at_load() {
+    let rt = runtime();
+    let dr = builtin::find("dr-lease").unwrap();
+    let spec = PluginSpec::new("dr-as-router", Hook::Routing, "builtin://dr-lease");
+    let e = rt.load(&spec, dr.wasm).await.unwrap_err();
+    assert_eq!(
+        e.message,
+        "does not export the router world of wasmop:plugin@0.1.0: it exports state-checker, \
+         the world of a dr plugin"
+    );
+    // An empty component: none of the worlds, so it could be of another version.
+    let empty = rt.load(&spec, b"\0asm\x0d\x00\x01\x00").await.unwrap_err();
+    assert!(
+        empty.message.starts_with(
+            "does not export the router world of wasmop:plugin@0.1.0 (wrong world or version?)"
+        ),
+        "{empty}"
+    );
+    let garbage = rt.load(&spec, b"\0asm not really").await.unwrap_err();
+    assert!(
+        garbage.message.contains("not a valid component"),
+        "{garbage}"
+    );
+}
+
+/// A loopback HTTP server answering `200 ok` to each connection, for `count` connections.
+fn serve_ok(count: usize) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handle = std::thread::spawn(move || {
+        use std::io::Write;
+        for stream in listener.incoming().take(count) {
+            let mut s = stream.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (addr, handle)
+}
+
+#[tokio::test]
+async fn outbound_http_only_to_allowed_hosts() {
+    let rt = runtime();
+    let (allowed, server) = serve_ok(1);
+    let (other, _other_server) = serve_ok(1);
+    let p = hostile(&rt, |s| s.grants.allowed_hosts = vec![allowed.clone()]).await;
+    p.route(request("http", &format!("http://{allowed}/")))
+        .await
+        .expect("an allowed loopback host succeeds");
+    server.join().unwrap();
+    let e = fails(&p, "http", &format!("http://{other}/")).await;
+    assert_eq!(e.failure, Failure::DeniedHost(vec![other.clone()]), "{e}");
+    assert!(e.to_string().contains("not in grants.allowedHosts"), "{e}");
+    let nothing = hostile(&rt, |_| {}).await;
+    let e = fails(&nothing, "http", &format!("http://{allowed}/")).await;
+    assert!(
+        matches!(e.failure, Failure::DeniedHost(_)),
+        "nothing is granted by default: {e}"
+    );
+}
+
+/// A granted host that refuses the connection fails the request as `connection-refused`, and
+/// only the call's error reports it: nothing is logged at warning level without the plugin's
+/// name.
+#[tokio::test]
+async fn a_refused_connection_fails_the_request_without_an_anonymous_warning() {
+    #[derive(Clone, Default)]
+    struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    // This test's runtime has one thread: the request's tasks log into this subscriber too.
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let closed = format!("127.0.0.1:{}", wasmop_tests::free_port());
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.grants.allowed_hosts = vec![closed.clone()]).await;
+    let e = fails(&p, "http", &format!("http://{closed}/")).await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("ConnectionRefused")),
+        "{e}"
+    );
+    let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(logged.is_empty(), "logged: {logged}");
+}
+
+/// `https://` requests: a server signed by the extra CA is trusted and its connection kept
+/// alive across calls; a certificate for another name, or from a CA nobody trusts, fails as
+/// `TLS-certificate-error`; a bad extra CA stops the runtime from starting.
+#[tokio::test]
+async fn https_requests_keep_alive_and_verify_the_server() {
+    let ca = TestCa::new("wasmop test CA");
+    let (port, accepted) = tls::serve(ca.server_config(&["localhost"]), b"ok".to_vec()).await;
+    let (by_name, by_ip) = (format!("localhost:{port}"), format!("127.0.0.1:{port}"));
+    let grant = |s: &mut PluginSpec| s.grants.allowed_hosts = vec![by_name.clone(), by_ip.clone()];
+    let p = hostile(&runtime_trusting(Some(ca.pem())), grant).await;
+    for _ in 0..6 {
+        p.route(request("http", &format!("https://{by_name}/")))
+            .await
+            .expect("a server signed by the extra CA is trusted");
+    }
+    let connections = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&connections),
+        "six requests, {connections} TLS connections: kept alive, at most one more when a \
+         request starts before the last connection is idle again"
+    );
+
+    let e = fails(&p, "http", &format!("https://{by_ip}/")).await;
+    assert!(
+        e.to_string().contains("TlsCertificateError"),
+        "the certificate names localhost, not 127.0.0.1: {e}"
+    );
+    let untrusting = hostile(&runtime(), grant).await;
+    let e = fails(&untrusting, "http", &format!("https://{by_name}/")).await;
+    assert!(
+        e.to_string().contains("TlsCertificateError"),
+        "without the extra CA the server is not trusted: {e}"
+    );
+
+    let bad = PluginRuntime::new(RuntimeOptions {
+        extra_ca_pem: Some(b"not a certificate".to_vec()),
+        ..RuntimeOptions::default()
+    });
+    let e = bad.err().expect("a bad extra CA is refused");
+    assert!(
+        e.to_string()
+            .starts_with("extra CA certificates (--extra-ca-file): no PEM certificate found"),
+        "{e}"
+    );
+}
+
+/// A loopback server that accepts connections and never answers.
+fn serve_silence() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    addr
+}
+
+/// Epochs cannot interrupt a call waiting in the host (here on an allowed host that never
+/// answers), so the whole call is capped too: it fails as a timeout within twice its limit.
+#[tokio::test]
+async fn a_call_waiting_on_a_silent_host_times_out() {
+    let rt = runtime();
+    let silent = serve_silence();
+    let (answering, server) = serve_ok(1);
+    let p = hostile(&rt, |s| {
+        s.grants.allowed_hosts = vec![silent.clone(), answering.clone()];
+        s.limits.timeout_ms = 200;
+    })
+    .await;
+    times_out(&p, "http", &format!("http://{silent}/"), 200).await;
+    p.route(request("http", &format!("http://{answering}/")))
+        .await
+        .expect("the next call is served");
+    server.join().unwrap();
+}
+
+/// A router's answer must be a JSON array of objects; anything else fails the call as invalid
+/// output, saying which.
+#[tokio::test]
+async fn a_router_answer_that_is_not_an_array_of_routes_is_invalid_output() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    let routes = r#"[{"name":"a","route":[{"destination":{"host":"h"}}]},{}]"#;
+    let answer = p.route(request("answer", routes)).await.expect("routes");
+    assert_eq!(answer.http, routes);
+    let (_, parsed) = p.route_parsed(request("answer", routes)).await.unwrap();
+    assert_eq!(parsed.len(), 2);
+    for (http, says) in [
+        ("[1]", "must be a JSON array of HTTPRoute objects"),
+        (
+            r#"{"name":"a"}"#,
+            "must be a JSON array of HTTPRoute objects",
+        ),
+        (
+            r#"[{"name":"a"},"b"]"#,
+            "must be a JSON array of HTTPRoute objects",
+        ),
+        (r#"[{"name":"a"}"#, "is not JSON"),
+        ("", "is not JSON"),
+    ] {
+        let e = fails(&p, "answer", http).await;
+        assert!(
+            matches!(&e.failure, Failure::InvalidOutput(m) if m.contains(says)),
+            "{http:?}: {e}"
+        );
+        let e = p.route_parsed(request("answer", http)).await.unwrap_err();
+        assert!(
+            matches!(&e.failure, Failure::InvalidOutput(m) if m.contains(says)),
+            "{http:?} parsed: {e}"
+        );
+    }
+}
+
+/// A plugin sleeping in the host (a `wasi:clocks` poll) runs no wasm, so no epoch stops it;
+/// the wall-clock cap does, and a short sleep within the limit is served.
+#[tokio::test]
+async fn a_sleeping_call_is_stopped_at_its_deadline() {
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.timeout_ms = 200).await;
+    times_out(&p, "sleep", "60000", 200).await;
+    let started = Instant::now();
+    p.route(request("sleep", "20"))
+        .await
+        .expect("a sleep within the limit is served");
+    assert!(started.elapsed() >= Duration::from_millis(20));
+}
+
+#[tokio::test]
+async fn files_only_inside_the_read_only_dir() {
+    let rt = runtime();
+    let dir = std::env::temp_dir().join(format!("wasmop-ro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("allowed.txt"), "hello").unwrap();
+    let p = hostile(&rt, |s| {
+        s.grants.read_only_dir = Some(dir.display().to_string())
+    })
+    .await;
+    p.route(request("read", "/data/allowed.txt"))
+        .await
+        .expect("reading inside readOnlyDir works");
+    let e = fails(&p, "write", "/data/new.txt").await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("write /data/new.txt")),
+        "{e}"
+    );
+    assert!(!dir.join("new.txt").exists(), "nothing was written");
+    let e = fails(&p, "read", "/etc/passwd").await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { message, .. } if message.contains("read /etc/passwd")),
+        "{e}"
+    );
+    let none = hostile(&rt, |_| {}).await;
+    fails(&none, "read", "/data/allowed.txt").await;
+}
+
+#[tokio::test]
+async fn plugin_logs_are_capped() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    // 1,000 lines of 1 KiB: the host keeps 64 KiB and the call still succeeds.
+    p.route(request("log", "1000"))
+        .await
+        .expect("logging past the cap is not an error");
+}
+
+#[tokio::test]
+async fn every_default_plugin_answers_through_the_host() {
+    let rt = runtime();
+    let registry = Registry::new(rt.clone());
+    let report = registry
+        .apply(RegistryConfig::default(), &LocalFetch::default())
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(
+        report.loaded.len(),
+        5,
+        "four defaults and the `none` state checker"
+    );
+
+    // `none`, the state checker of single instances: always active, no lease write.
+    let none = registry.resolve(Hook::Dr, Some("none")).unwrap();
+    let d = none
+        .check(StateRequest {
+            identity: "solo".into(),
+            now: 100_000,
+            lease: None,
+            wait_time_seconds: 5,
+            failure_threshold: 3,
+            started_at: 0,
+            warmup_seconds: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!((d.state, d.action), (DrState::Active, LeaseAction::None));
+
+    let dr = registry.resolve(Hook::Dr, None).unwrap();
+    let d = dr
+        .check(StateRequest {
+            identity: "me".into(),
+            now: 100_000,
+            lease: Some(LeaseRecord {
+                owner: "other".into(),
+                updated_time: 0,
+                notes: String::new(),
+            }),
+            wait_time_seconds: 1,
+            failure_threshold: 3,
+            started_at: 0,
+            warmup_seconds: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(d.action, LeaseAction::Takeover, "{}", d.reason);
+
+    let routing = registry.resolve(Hook::Routing, None).unwrap();
+    let vs = serde_json::json!({
+        "metadata": {"name": "reviews", "namespace": "ns"},
+        "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews", "subset": "shared"}}]}]}
+    });
+    let mut req = request("sub", "reviews");
+    req.virtual_service = vs.to_string();
+    req.matches = vec![wasmop_plugin_host::IstioMatch {
+        headers: vec![wasmop_plugin_host::HeaderMatch {
+            name: "end-user".into(),
+            value: wasmop_plugin_host::StringMatch::Exact("jason".into()),
+        }],
+        source_labels: vec![],
+    }];
+    let routes: serde_json::Value =
+        serde_json::from_str(&routing.route(req).await.unwrap().http).unwrap();
+    assert_eq!(
+        routes.as_array().unwrap().len(),
+        2,
+        "one copy before the default route: {routes}"
+    );
+    assert_eq!(routes[0]["route"][0]["destination"]["subset"], "sub");
+
+    let restart = registry.resolve(Hook::Restart, None).unwrap();
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "annotations": {"sidecar.istio.io/status": "{}"}},
+        "spec": {"containers": [{"name": "istio-proxy", "image": "proxyv2:1.0"}]}
+    });
+    let decisions = restart
+        .evaluate(
+            wasmop_plugin_host::RestartRequest {
+                policy: "p".into(),
+                desired: r#"{"image":"proxyv2:1.1"}"#.into(),
+                applied: "null".into(),
+                pods: serde_json::json!([pod]).to_string(),
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    assert!(decisions[0].restart, "{}", decisions[0].reason);
+
+    let scaling = registry.resolve(Hook::Scaling, None).unwrap();
+    let e = scaling
+        .vote(wasmop_plugin_host::TriggerRequest {
+            elastic_service: "ns/es".into(),
+            trigger_type: "prometheus".into(),
+            metadata: r#"{"query":"up","serverAddress":"http://127.0.0.1:1","threshold":"0.5"}"#
+                .into(),
+            cooldown_seconds: 60,
+            now: 0,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.failure, Failure::DeniedHost(_)),
+        "the default scaler reaches Prometheus only when granted: {e}"
+    );
+}
+
+/// An entry that failed at its source is loaded again by `retry` without a registry change;
+/// one whose bytes matched and whose settings were rejected is not retried.
+#[tokio::test]
+async fn entries_that_failed_at_their_source_are_retried() {
+    let dir = std::env::temp_dir().join(format!("wasmop-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
+    let path = dir.join("router.wasm");
+    let _ = std::fs::remove_file(&path);
+    let config = RegistryConfig::parse(&format!(
+        "plugins:\n\
+         - {{name: later, hook: routing, source: 'file://{}', sha256: {}}}\n\
+         - {{name: picky, hook: routing, source: 'builtin://routing-istio', settings: {{colour: red}}}}\n",
+        path.display(),
+        sha256_hex(&router),
+    ))
+    .unwrap();
+    let registry = Registry::new(runtime());
+    let fetch = LocalFetch::default();
+    let report = registry.apply(config, &fetch).await;
+    let failed: Vec<&str> = report.failed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(failed, ["later", "picky"], "{report:?}");
+    let later = registry.status(Hook::Routing, Some("later"));
+    assert_eq!(later.reason, "NotLoaded");
+    assert!(
+        later.message.ends_with("(retried with backoff)"),
+        "{later:?}"
+    );
+    assert!(registry.has_retryable(), "the file may appear");
+
+    // Still missing: the same failure, reported once (at the load), not again.
+    let report = registry.retry(&fetch).await;
+    assert!(
+        report.failed.is_empty() && report.loaded.is_empty(),
+        "{report:?}"
+    );
+    assert!(registry.has_retryable());
+
+    // The wrong bytes: a new failure, still worth retrying.
+    std::fs::write(&path, b"\0asm not this one").unwrap();
+    let report = registry.retry(&fetch).await;
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert!(report.failed[0].1.contains("sha256 mismatch"), "{report:?}");
+    assert!(registry.has_retryable());
+
+    // The right bytes: it loads and serves.
+    std::fs::write(&path, &router).unwrap();
+    let report = registry.retry(&fetch).await;
+    assert_eq!(report.loaded, ["later"], "{report:?}");
+    let status = registry.status(Hook::Routing, Some("later"));
+    assert!(status.ready, "{status:?}");
+    assert!(registry.resolve(Hook::Routing, Some("later")).is_ok());
+
+    // Rejected settings stay rejected until the registry changes: nothing is left to retry.
+    assert!(!registry.has_retryable());
+    let picky = registry.status(Hook::Routing, Some("picky"));
+    assert!(picky.message.contains("settings rejected"), "{picky:?}");
+    assert!(!picky.message.contains("retried"), "{picky:?}");
+}
+
+/// A compile cache directory the runtime must not use (others can write it, so an artifact
+/// there could be planted) or cannot create costs compiling at each load, not the plugins.
+#[tokio::test]
+async fn an_unusable_cache_directory_costs_compiles_not_plugins() {
+    use std::os::unix::fs::PermissionsExt;
+    let shared = std::env::temp_dir().join(format!("wasmop-shared-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let none = builtin::find("none").unwrap();
+    for dir in [shared.clone(), "/proc/wasmop-cache".into()] {
+        let rt = PluginRuntime::new(RuntimeOptions {
+            cache_dir: Some(dir.clone()),
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap_or_else(|e| panic!("{}: {e:#}", dir.display()));
+        let spec = PluginSpec::new("none", Hook::Dr, "builtin://none");
+        rt.load(&spec, none.wasm).await.unwrap();
+    }
+    assert_eq!(
+        std::fs::read_dir(&shared).unwrap().count(),
+        0,
+        "nothing written where others can write"
+    );
+    let _ = std::fs::remove_dir_all(&shared);
+}
+
+/// A mistake within one entry (here a URL where `allowedHosts` wants a host) fails that entry
+/// alone: its last good version keeps serving, and the other entries of the same document
+/// load, where a document that does not parse is replaced by the builtins.
+#[tokio::test]
+async fn a_bad_entry_fails_alone_and_its_last_good_version_serves() {
+    let doc = |host: &str, colour: &str| {
+        RegistryConfig::parse(&format!(
+            "plugins:\n\
+             - {{name: fetcher, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{allowedHosts: ['{host}']}}}}\n\
+             - {{name: other, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{colour}}}}}\n\
+             defaults: {{routing: fetcher}}\n"
+        ))
+        .expect("a mistake within an entry leaves the document valid")
+    };
+    let registry = Registry::new(runtime());
+    let fetch = LocalFetch::default();
+    let report = registry
+        .apply(doc("prometheus:9090", "first"), &fetch)
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    let good = registry.status(Hook::Routing, None);
+    assert!(good.ready, "{good:?}");
+
+    let report = registry
+        .apply(doc("http://prometheus:9090", "second"), &fetch)
+        .await;
+    assert_eq!(report.loaded, ["other"], "{report:?}");
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(report.failed[0].0, "fetcher");
+    assert_eq!(
+        report.failed[0].1,
+        "invalid plugins.yaml entry: grants.allowedHosts[0]: \"http://prometheus:9090\" is a \
+         URL; write host or host:port, e.g. prometheus.monitoring:9090"
+    );
+    let fetcher = registry.status(Hook::Routing, None);
+    assert_eq!(fetcher.reason, "LoadFailed", "{fetcher:?}");
+    assert_eq!(fetcher.serving_digest, good.serving_digest);
+    assert!(
+        !registry.has_retryable(),
+        "only a change of the entry fixes it"
+    );
+    assert!(registry.resolve(Hook::Routing, None).is_ok());
+    assert!(registry.statuses().1.is_none(), "the document is in use");
+}
+
+/// Serves `file:///gated*` once its gate opens (a download that hangs), everything else
+/// as [`LocalFetch`].
+struct GatedFetch {
+    gate: tokio::sync::Semaphore,
+    bytes: Vec<u8>,
+}
+
+impl GatedFetch {
+    /// Serves `bytes` at the gated paths once permits are added to its gate.
+    fn closed(bytes: Vec<u8>) -> Self {
+        Self {
+            gate: tokio::sync::Semaphore::new(0),
+            bytes,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Fetch for GatedFetch {
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        match source {
+            Source::File(path) if path.starts_with("/gated") => {
+                let _open = self.gate.acquire().await.map_err(|e| e.to_string())?;
+                Ok(self.bytes.clone())
+            }
+            other => LocalFetch::default().fetch(other).await,
+        }
+    }
+}
+
+/// The interim snapshots of [`Registry::apply_notifying`]: the entries each left loading.
+#[derive(Default)]
+struct Swaps {
+    loading: std::sync::Mutex<Vec<Vec<String>>>,
+    swapped: tokio::sync::Notify,
+}
+
+impl Swaps {
+    fn record(&self, loading: &[String]) {
+        self.loading.lock().unwrap().push(loading.to_vec());
+        self.swapped.notify_one();
+    }
+
+    /// Waits (30 s at most) for the first interim snapshot.
+    async fn first(&self) {
+        tokio::time::timeout(Duration::from_secs(30), self.swapped.notified())
+            .await
+            .expect("an interim snapshot while an entry loads");
+    }
+
+    fn seen(&self) -> Vec<Vec<String>> {
+        self.loading.lock().unwrap().clone()
+    }
+}
+
+/// A reload serves what loaded while one entry still loads: that entry is `Loading`, its last
+/// good version serving, then loads when its source answers. A reload dropped meanwhile (a
+/// newer ConfigMap) leaves the entry to the next one, which loads it again.
+#[tokio::test]
+async fn a_slow_entry_holds_back_neither_the_others_nor_the_next_reload() {
+    let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
+    let fetch = GatedFetch::closed(router.clone());
+    let doc = |source: &str, colour: &str| {
+        RegistryConfig::parse(&format!(
+            "plugins:\n\
+             - {{name: slow, hook: routing, source: '{source}', sha256: {}}}\n\
+             - {{name: quick, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{colour}}}}}\n",
+            sha256_hex(&router),
+        ))
+        .unwrap()
+    };
+    let registry = Registry::new(runtime());
+    let report = registry
+        .apply(doc("builtin://routing-istio", "first"), &fetch)
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    let first = registry.status(Hook::Routing, Some("slow"));
+    let first_digest = first.serving_digest.clone().unwrap();
+
+    let swaps = Swaps::default();
+    let on_swap = |loading: &[String]| swaps.record(loading);
+    let wait = Some(Duration::from_millis(200));
+    let (report, ()) = tokio::join!(
+        registry.apply_notifying(doc("file:///gated.wasm", "second"), &fetch, wait, &on_swap),
+        async {
+            swaps.first().await;
+            let quick = registry.status(Hook::Routing, Some("quick"));
+            assert!(quick.ready, "the quick entry serves at once: {quick:?}");
+            let slow = registry.status(Hook::Routing, Some("slow"));
+            assert!(!slow.ready);
+            assert_eq!(slow.reason, "Loading", "{slow:?}");
+            assert!(slow.message.contains("keeps serving"), "{slow:?}");
+            assert_eq!(slow.serving_digest.as_deref(), Some(first_digest.as_str()));
+            assert!(registry.resolve(Hook::Routing, Some("slow")).is_ok());
+            fetch.gate.add_permits(1);
+        },
+    );
+    assert_eq!(report.loaded, ["quick", "slow"], "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(swaps.seen(), [["slow"]]);
+    let slow = registry.status(Hook::Routing, Some("slow"));
+    assert!(slow.ready, "{slow:?}");
+
+    // A reload dropped while its entry loads (a newer ConfigMap came); the same document
+    // again loads that entry instead of keeping it `Loading`.
+    fetch.gate.forget_permits(usize::MAX);
+    let third = || doc("file:///gated-again.wasm", "third");
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(2),
+        registry.apply_notifying(third(), &fetch, wait, &|_| {}),
+    )
+    .await;
+    assert!(dropped.is_err(), "the gate is closed: {dropped:?}");
+    assert_eq!(
+        registry.status(Hook::Routing, Some("slow")).reason,
+        "Loading"
+    );
+    assert!(registry.status(Hook::Routing, Some("quick")).ready);
+    fetch.gate.add_permits(1);
+    let report = registry.apply(third(), &fetch).await;
+    assert_eq!(report.loaded, ["slow"], "{report:?}");
+    assert!(registry.status(Hook::Routing, Some("slow")).ready);
+}
+
+/// A reload loads builtin entries before the others: with as many custom entries as loads run
+/// at once, all of them hanging at their source and listed first, a changed builtin still
+/// loads and serves while they are `Loading`.
+#[tokio::test]
+async fn builtins_load_before_custom_entries_that_hang() {
+    let router = std::fs::read(components_dir().join("routing_istio.wasm")).unwrap();
+    let fetch = GatedFetch::closed(router.clone());
+    let gated: Vec<String> = (1..=CONCURRENT_LOADS)
+        .map(|i| format!("custom-{i}"))
+        .collect();
+    // Each document moves the custom entries to another path, so that both reloads load them.
+    let doc = |colour: &str| {
+        let mut yaml = String::from("plugins:\n");
+        for name in &gated {
+            yaml.push_str(&format!(
+                "- {{name: {name}, hook: routing, source: 'file:///gated-{colour}-{name}.wasm', \
+                    sha256: {}}}\n",
+                sha256_hex(&router)
+            ));
+        }
+        yaml.push_str(&format!(
+            "- {{name: quick, hook: routing, source: 'builtin://routing-istio', \
+                settings: {{responseHeader: x-{colour}}}}}\n"
+        ));
+        RegistryConfig::parse(&yaml).unwrap()
+    };
+    let registry = Registry::new(runtime());
+    fetch.gate.add_permits(gated.len());
+    let report = registry.apply(doc("first"), &fetch).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    fetch.gate.forget_permits(usize::MAX);
+
+    // Only `quick` and the custom entries changed; the custom ones come first in the document.
+    let swaps = Swaps::default();
+    let on_swap = |loading: &[String]| swaps.record(loading);
+    // Loading `quick` again reuses its compiled component: milliseconds, well within `wait`.
+    let wait = Some(Duration::from_secs(2));
+    let (report, ()) = tokio::join!(
+        registry.apply_notifying(doc("second"), &fetch, wait, &on_swap),
+        async {
+            swaps.first().await;
+            let quick = registry.status(Hook::Routing, Some("quick"));
+            assert!(quick.ready, "the builtin loaded first: {quick:?}");
+            for name in &gated {
+                let custom = registry.status(Hook::Routing, Some(name));
+                assert_eq!(custom.reason, "Loading", "{custom:?}");
+            }
+            fetch.gate.add_permits(gated.len());
+        },
+    );
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.loaded.len(), gated.len() + 1, "{report:?}");
+    assert_eq!(swaps.seen(), std::slice::from_ref(&gated));
+}
+
+/// A resource naming an entry of another hook is not ready, in its condition as in its calls.
+#[tokio::test]
+async fn an_entry_of_another_hook_is_reported_as_the_wrong_hook() {
+    let registry = Registry::new(runtime());
+    let report = registry
+        .apply(RegistryConfig::default(), &LocalFetch::default())
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+
+    let status = registry.status(Hook::Routing, Some("dr-lease"));
+    assert!(!status.ready);
+    assert_eq!(status.reason, "WrongHook");
+    // The condition's message is "plugin NAME: " and this.
+    assert_eq!(
+        status.message,
+        "it is a dr plugin; this resource needs a routing plugin"
+    );
+    let Err(err) = registry.resolve(Hook::Routing, Some("dr-lease")) else {
+        panic!("a dr plugin does not route");
+    };
+    assert_eq!(
+        err.to_string(),
+        "plugin \"dr-lease\" is a dr plugin; this resource needs a routing plugin"
+    );
+
+    let missing = registry.status(Hook::Routing, Some("typo"));
+    assert_eq!(
+        (missing.ready, missing.reason.as_str()),
+        (false, "NotFound")
+    );
+    assert_eq!(
+        missing.message,
+        "no entry of that name in ConfigMap wasmop-plugins, nor a builtin"
+    );
+
+    let right = registry.status(Hook::Dr, Some("dr-lease"));
+    assert!(right.ready, "{right:?}");
+    assert_eq!(right.reason, "Loaded");
+}
+
+#[tokio::test]
+async fn compiled_components_are_cached_by_digest() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir.clone()),
+        max_concurrent_calls: 1,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let b = builtin::find("dr-lease").unwrap();
+    let spec = PluginSpec::new("dr", Hook::Dr, "builtin://dr-lease");
+    rt.load(&spec, b.wasm).await.unwrap();
+    let digest = sha256_hex(b.wasm);
+    let artifact = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("an artifact was written");
+    assert!(
+        artifact
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&digest)
+    );
+    // A tampered artifact is not loaded: the host recompiles and still works.
+    std::fs::write(&artifact, b"tampered").unwrap();
+    rt.load(&spec, b.wasm)
+        .await
+        .expect("recompiles when the artifact does not match its recorded digest");
+    assert_ne!(
+        std::fs::read(&artifact).unwrap(),
+        b"tampered",
+        "the artifact was rewritten"
+    );
+    // A wrong sha256 in the registry is refused before compiling.
+    let mut wrong = spec.clone();
+    wrong.sha256 = Some("00".repeat(32));
+    assert!(
+        rt.load(&wrong, b.wasm)
+            .await
+            .unwrap_err()
+            .message
+            .contains("sha256 mismatch")
+    );
+}
+
+#[tokio::test]
+async fn entries_of_one_component_share_one_pre_instance() {
+    let rt = runtime();
+    let b = builtin::find("routing-istio").unwrap();
+    let a = rt
+        .load(
+            &PluginSpec::new("a", Hook::Routing, "builtin://routing-istio"),
+            b.wasm,
+        )
+        .await
+        .unwrap();
+    let mut with_settings = PluginSpec::new("b", Hook::Routing, "builtin://routing-istio");
+    with_settings.settings = Some(serde_json::json!({"responseHeader": "x-env"}));
+    let b2 = rt.load(&with_settings, b.wasm).await.unwrap();
+    assert!(a.shares_code_with(&b2), "same digest, same pre-instance");
+    let other = rt
+        .load(
+            &PluginSpec::new("c", Hook::Dr, "builtin://dr-lease"),
+            builtin::find("dr-lease").unwrap().wasm,
+        )
+        .await
+        .unwrap();
+    assert!(!a.shares_code_with(&other));
+    let mut bad = PluginSpec::new("d", Hook::Routing, "builtin://routing-istio");
+    bad.settings = Some(serde_json::json!({"colour": "red"}));
+    let e = rt.load(&bad, b.wasm).await.unwrap_err();
+    assert!(
+        e.message.contains("settings rejected") && e.message.contains("colour"),
+        "{e}"
+    );
+}
+
+/// A task on the current runtime that counts its wake-ups from 1 ms sleeps: how often the
+/// executor got to run it. Abort the handle when done.
+fn ticker() -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ticks.clone();
+    let handle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    (ticks, handle)
+}
+
+/// The ticks of a [`ticker`] while `p` loops until its deadline (which it must report).
+async fn ticks_during_a_loop(p: &Arc<Plugin>, ticks: &std::sync::atomic::AtomicUsize) -> usize {
+    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    let e = p.route(request("loop", "")).await.unwrap_err();
+    assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
+    ticks.load(std::sync::atomic::Ordering::Relaxed) - before
+}
+
+/// The operator's setting: the pooling allocator (the default) on a multi-thread runtime,
+/// where a call runs in the calling task until it has computed for a whole epoch tick, then
+/// off the executor. The limits hold, and while a call loops until its deadline the executor's
+/// other tasks keep running as often as when it is idle, even with one worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_pooling_allocator_serves_calls_and_keeps_the_limits() {
+    let dir = std::env::temp_dir().join(format!("wasmop-pooling-{}", std::process::id()));
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir),
+        max_concurrent_calls: 2,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let p = hostile(&rt, |s| s.limits.memory_mib = 16).await;
+    let (ticks, ticker) = ticker();
+    // On a worker thread, as a reconcile runs.
+    tokio::spawn(async move {
+        p.route(request("ok", ""))
+            .await
+            .expect("a pooled instance answers");
+        let e = fails(&p, "oom", "").await;
+        assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+        let e = fails(&p, "trap", "").await;
+        assert!(
+            matches!(&e.failure, Failure::Trap(m) if m.contains("unreachable")),
+            "{e}"
+        );
+        let during = ticks_during_a_loop(&p, &ticks).await;
+        // In the calling task, yielding at each 10 ms epoch tick, the ticker would run at most
+        // once per tick (25 times); off the executor it runs about every millisecond.
+        assert!(
+            during >= 50,
+            "the executor ran {during} ticks of 1 ms during a 250 ms call"
+        );
+        // More calls than pool slots, one after another: slots are returned after each call.
+        for _ in 0..50 {
+            p.route(request("ok", "")).await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    ticker.abort();
+
+    // A memory limit over what a pooled instance can have is refused at load, not left to
+    // fail as a trap inside the guest; without the pool it loads.
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
+    let mut spec = PluginSpec::new("big", Hook::Routing, "file:///hostile.wasm");
+    spec.limits.memory_mib = 2048;
+    let e = rt.load(&spec, &bytes).await.unwrap_err();
+    assert_eq!(
+        e.message,
+        "limits.memoryMiB 2048 is over the 1024 MiB an instance of the pooling allocator can \
+         have: give at most 1024, or turn pooling off (`wasmop run --pooling=false`, Helm value \
+         `operator.pooling: false`)"
+    );
+    runtime()
+        .load(&spec, &bytes)
+        .await
+        .expect("on demand, 2 GiB is allowed");
+}
+
+/// On a current-thread runtime (the CLI's `plugin run` and `check`, embedders) a call cannot
+/// leave the executor, but it yields at every epoch tick, so the runtime's other tasks, timers
+/// included, still run while a plugin loops.
+#[tokio::test]
+async fn a_looping_call_yields_to_the_other_tasks_at_every_tick() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    let (ticks, ticker) = ticker();
+    tokio::task::yield_now().await;
+    let during = ticks_during_a_loop(&p, &ticks).await;
+    assert!(
+        during >= 5,
+        "the ticker ran {during} times during a 250 ms call that yields every 10 ms"
+    );
+    ticker.abort();
+}
+
+/// Polls `cond` every millisecond, for up to 5 s, until it holds.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The epoch ticker ticks only while a call is in flight: idle, it parks (an operator with
+/// nothing to do takes no wake-ups for it); a call wakes it, so a loop still stops at its
+/// limit, and it parks again after. The calls run on their own thread, so a ticker that never
+/// woke would fail the test instead of hanging it.
+#[tokio::test]
+async fn the_epoch_ticker_ticks_only_while_a_call_is_in_flight() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    eventually("the ticker parks once loading is done", || {
+        rt.epoch_ticker_parked()
+    })
+    .await;
+    let idle = rt.epoch_ticks();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let calls = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        calls.block_on(async {
+            for _ in 0..2 {
+                times_out(&p, "loop", "", 250).await;
+            }
+        });
+        done.send(()).unwrap();
+    });
+    match finished.recv_timeout(Duration::from_secs(10)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("a looping call was not stopped at its limit: the ticker did not wake")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the calls failed (their panic is above)")
+        }
+    }
+    let ticked = rt.epoch_ticks() - idle;
+    // 25 ticks each, unless the ticker falls behind on a busy machine and the wall-clock cap
+    // (limit plus one tick) stops the call first.
+    assert!(
+        ticked >= 40,
+        "two calls looping until 250 ms took {ticked} ticks of 10 ms"
+    );
+    eventually("the ticker parks again when no call is in flight", || {
+        rt.epoch_ticker_parked()
+    })
+    .await;
+}
+
+/// The value of `metric` (a sample name of the runtime's metrics in the operator's registry,
+/// prefix `wasmop`) for `plugin` of `hook`, 0 when it has no sample yet.
+fn metric(rt: &PluginRuntime, metric: &str, plugin: &str, hook: Hook) -> f64 {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("wasmop");
+    rt.register_metrics(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let series = format!("{metric}{{plugin=\"{plugin}\",hook=\"{}\"}}", hook.as_str());
+    wasmop_tests::sample(&text, &series)
+}
+
+/// A VirtualService of `routes` routes with matches, retries and headers, as the routing
+/// benchmark's.
+fn virtual_service(routes: usize) -> String {
+    let http: Vec<serde_json::Value> = (0..routes)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("route-{i}"),
+                "match": [
+                    {"uri": {"prefix": format!("/api/v{i}/")}},
+                    {"uri": {"exact": format!("/legacy/{i}")}, "method": {"exact": "GET"}},
+                ],
+                "route": [
+                    {"destination": {"host": "reviews", "subset": "shared"}, "weight": 90},
+                    {"destination": {"host": "reviews", "subset": "canary"}, "weight": 10},
+                ],
+                "timeout": "5s",
+                "retries": {"attempts": 3, "perTryTimeout": "2s", "retryOn": "5xx,reset"},
+                "headers": {"request": {"set": {"x-route": format!("route-{i}")}}},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "shop", "resourceVersion": "48213"},
+        "spec": {"hosts": ["reviews"], "http": http},
+    })
+    .to_string()
+}
+
+/// A running pod with an Istio sidecar as the API server returns it: labels, annotations,
+/// managed fields, containers and status.
+fn sidecar_pod(i: usize) -> serde_json::Value {
+    let image = if i.is_multiple_of(3) {
+        "proxyv2:1.26.4"
+    } else {
+        "proxyv2:1.27.1"
+    };
+    let managed: Vec<serde_json::Value> = ["kube-controller-manager", "kubelet", "istio-sidecar"]
+        .iter()
+        .map(|manager| {
+            serde_json::json!({
+                "manager": manager, "operation": "Update", "apiVersion": "v1",
+                "time": "2026-08-01T10:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:version": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"reviews\"}": {".": {}, "f:image": {}}}}},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("reviews-7d9f8c6b5d-{i:05}"),
+            "namespace": "shop",
+            "uid": format!("5b0c3f7e-2a41-4c8e-9d6b-{i:012}"),
+            "labels": {"app": "reviews", "version": "shared", "pod-template-hash": "7d9f8c6b5d"},
+            "annotations": {
+                "sidecar.istio.io/status": r#"{"initContainers":["istio-validation"],"containers":["istio-proxy"],"volumes":["istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],"revision":"default"}"#,
+                "prometheus.io/path": "/stats/prometheus",
+            },
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "reviews-7d9f8c6b5d", "uid": "0f1e2d3c", "controller": true}],
+            "managedFields": managed,
+        },
+        "spec": {
+            "containers": [
+                {"name": "reviews", "image": "shop/reviews:2.4.1",
+                 "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}},
+                {"name": "istio-proxy", "image": image,
+                 "args": ["proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local"],
+                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                               "limits": {"cpu": "2", "memory": "1Gi"}}},
+            ],
+            "nodeName": format!("worker-{}", i % 4),
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": format!("10.244.{}.{}", i % 4, i % 250),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "reviews", "ready": true, "restartCount": 0, "image": "shop/reviews:2.4.1",
+                 "state": {"running": {"startedAt": "2026-08-01T10:00:05Z"}}},
+                {"name": "istio-proxy", "ready": true, "restartCount": 0, "image": image,
+                 "state": {"running": {"startedAt": "2026-08-01T10:00:04Z"}}},
+            ],
+        },
+    })
+}
+
+/// The default plugins are built with enough initial linear memory for their usual calls (a
+/// VirtualService of 50 routes; a page of 100 pods, the restart controller's default page), so
+/// those calls never `memory.grow` and a pooled slot is reused without `mprotect`. The growth
+/// a call does make is counted: the hostile fixture's memory bomb is.
+#[tokio::test]
+async fn default_plugins_serve_usual_calls_without_growing_memory() {
+    let rt = runtime();
+    async fn load(
+        rt: &Arc<PluginRuntime>,
+        name: &str,
+        hook: Hook,
+        builtin_name: &str,
+    ) -> Arc<Plugin> {
+        let source = format!("builtin://{builtin_name}");
+        rt.load(
+            &PluginSpec::new(name, hook, &source),
+            builtin::find(builtin_name).unwrap().wasm,
+        )
+        .await
+        .unwrap()
+    }
+    let routing = load(&rt, "routing-memory", Hook::Routing, "routing-istio").await;
+    let mut req = request("feature-42", "reviews");
+    req.namespace = "shop".into();
+    req.virtual_service = virtual_service(50);
+    req.matches = vec![wasmop_plugin_host::IstioMatch {
+        headers: vec![wasmop_plugin_host::HeaderMatch {
+            name: "end-user".into(),
+            value: wasmop_plugin_host::StringMatch::Exact("jason".into()),
+        }],
+        source_labels: vec![],
+    }];
+    let routes: Vec<serde_json::Value> =
+        serde_json::from_str(&routing.route(req).await.unwrap().http).unwrap();
+    assert!(
+        routes.len() > 50,
+        "copies come first: {} routes",
+        routes.len()
+    );
+
+    let restart = load(&rt, "restart-memory", Hook::Restart, "restart-sidecar").await;
+    let pods: Vec<serde_json::Value> = (0..100).map(sidecar_pod).collect();
+    let page = serde_json::Value::Array(pods).to_string();
+    assert!(page.len() > 200_000, "a page of {} bytes", page.len());
+    let decisions = restart
+        .evaluate(
+            wasmop_plugin_host::RestartRequest {
+                policy: "shop/istio".into(),
+                desired: r#"{"image":"proxyv2:1.27.1"}"#.into(),
+                applied: r#"{"image":"proxyv2:1.26.4"}"#.into(),
+                pods: page,
+            },
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(decisions.iter().filter(|d| d.restart).count(), 34);
+
+    // Loading calls `info` and `validate-settings`; then the call above. Each call's memory
+    // stays at the 4 MiB it starts with.
+    for (plugin, hook) in [
+        ("routing-memory", Hook::Routing),
+        ("restart-memory", Hook::Restart),
+    ] {
+        let calls = metric(&rt, "wasmop_plugin_memory_peak_bytes_count", plugin, hook);
+        assert_eq!(calls, 3.0, "{plugin}: info, validate-settings and one call");
+        let peaks = metric(&rt, "wasmop_plugin_memory_peak_bytes_sum", plugin, hook);
+        assert_eq!(
+            peaks,
+            calls * 4.0 * 1_048_576.0,
+            "{plugin}: peaks {peaks} bytes"
+        );
+        assert_eq!(
+            metric(&rt, "wasmop_plugin_memory_grows_total", plugin, hook),
+            0.0
+        );
+    }
+
+    // The declared 4 MiB count against the limit: a smaller one refuses the plugin at load.
+    let mut small = PluginSpec::new("routing-small", Hook::Routing, "builtin://routing-istio");
+    small.limits.memory_mib = 3;
+    let Err(e) = rt
+        .load(&small, builtin::find("routing-istio").unwrap().wasm)
+        .await
+    else {
+        panic!("3 MiB is less than the plugin declares");
+    };
+    assert!(
+        e.to_string()
+            .contains("out of memory: exceeded 3 MiB (limits.memoryMiB)"),
+        "{e}"
+    );
+
+    let bomb = hostile(&rt, |s| {
+        s.name = "hostile-memory".into();
+        s.limits.memory_mib = 16;
+    })
+    .await;
+    let e = bomb.route(request("oom", "")).await.unwrap_err();
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+    assert_eq!(
+        metric(
+            &rt,
+            "wasmop_plugin_memory_grows_total",
+            "hostile-memory",
+            Hook::Routing
+        ),
+        1.0
+    );
+    // Less the 4 MiB of each of the load's two calls.
+    let peak = metric(
+        &rt,
+        "wasmop_plugin_memory_peak_bytes_sum",
+        "hostile-memory",
+        Hook::Routing,
+    ) - 8.0 * 1_048_576.0;
+    assert!(
+        (12.0 * 1_048_576.0..=16.0 * 1_048_576.0).contains(&peak),
+        "the bomb grew to {peak} bytes, under its 16 MiB limit"
+    );
+}

@@ -1,0 +1,44 @@
+//! The resolver's options for jemalloc, the allocator of the `wasmop` binary (its
+//! `#[global_allocator]`, in host/wasmop/src/main.rs).
+//!
+//! Unlike glibc malloc, jemalloc writes nothing into or next to a block it hands out, so the
+//! pages of a buffer that nothing has written yet are not resident: a held HTTP/1 connection's
+//! 8 KiB write buffer and spare read buffer cost no memory until they are used
+//! (docs/resolver.md, docs/performance.md). jemalloc reads its options once, from the environment
+//! ([`MALLOC_CONF_ENV`]), before `main`. The operator runs with jemalloc's defaults: freed pages
+//! are kept for reuse for about 10 s, which its allocation-heavy reconciles profit from. The
+//! resolver's memory is its held requests; it returns freed pages at once
+//! ([`RESOLVER_MALLOC_CONF`]), so that the buffers of the next burst are placed on fresh pages of
+//! which only the written part becomes resident. Under another allocator these options do
+//! nothing.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+
+/// The environment variable jemalloc reads its options from (the `_rjem_`-prefixed jemalloc
+/// that `tikv-jemallocator` links).
+pub const MALLOC_CONF_ENV: &str = "_RJEM_MALLOC_CONF";
+
+/// The resolver's jemalloc options: pages that fall free go back to the OS at once.
+pub const RESOLVER_MALLOC_CONF: &str = "dirty_decay_ms:0";
+
+/// Starts the running program again, with the same arguments, under the resolver's allocator
+/// options, unless [`MALLOC_CONF_ENV`] is set already (then it returns `Ok` and changes
+/// nothing: options given by the environment win). On success it does not return: the process
+/// image is replaced (same process id).
+///
+/// # Errors
+/// The program cannot be executed again; the caller goes on with the options it has.
+pub fn reexec_with_resolver_options() -> std::io::Result<()> {
+    if std::env::var_os(MALLOC_CONF_ENV).is_some() {
+        return Ok(());
+    }
+    let exe = std::env::current_exe()?;
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| OsString::from("wasmop"));
+    Err(std::process::Command::new(exe)
+        .arg0(arg0)
+        .args(args)
+        .env(MALLOC_CONF_ENV, RESOLVER_MALLOC_CONF)
+        .exec())
+}

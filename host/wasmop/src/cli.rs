@@ -1,0 +1,166 @@
+//! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan` and `plugin …`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use wasmop_controllers::routing::{self, OutputFormat, Router, WasmRouter};
+use wasmop_plugin_host::{Grants, Hook, Limits, PluginRuntime, RuntimeOptions};
+
+use crate::plugin_tools::{self, PluginCommand};
+
+/// Kubernetes operator whose policy decisions are made by sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wasmop", version)]
+pub(crate) struct Cli {
+    /// Log filter, as RUST_LOG (e.g. `info,wasmop=debug`) [default: info; warn for `plugin`
+    /// commands, whose answer is their output].
+    #[arg(long, env = "WASMOP_LOG", global = true)]
+    pub log: Option<String>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the operator.
+    Run(crate::run::RunOptions),
+    /// Run the scale-from-zero resolver.
+    Resolver(wasmop_resolver::ResolverOptions),
+    /// Print the CustomResourceDefinitions as YAML, or write one file each into `--out`.
+    Crdgen {
+        /// Directory to write `<plural>.yaml` files into (e.g. `crds`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Plan offline: YAML files in, IR and planned objects out.
+    Plan(PlanOptions),
+    /// Tools for plugin authors.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// Options of `wasmop plan`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct PlanOptions {
+    /// Directory of YAML or JSON files: DynamicEnvs and the Deployments, Services,
+    /// DestinationRules and VirtualServices they may touch (other kinds are skipped).
+    #[arg(short = 'f', long = "filename")]
+    pub dir: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+    /// The router: `builtin://NAME` or a component file.
+    #[arg(long, default_value = "builtin://routing-istio")]
+    pub plugin: String,
+    /// Settings JSON of the router.
+    #[arg(long, default_value = "{}")]
+    pub settings: String,
+    /// Plan settings, as `wasmop run`'s.
+    #[command(flatten)]
+    pub routing: routing::Options,
+}
+
+/// Parses the command line and runs it.
+pub(crate) fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Resolver(_))
+        && let Err(e) = wasmop_resolver::malloc::reexec_with_resolver_options()
+    {
+        eprintln!(
+            "warning: cannot start again with the resolver's allocator options ({e}); \
+             going on with the defaults (freed memory returns to the OS more slowly)"
+        );
+    }
+    let default_log = match cli.command {
+        Command::Plugin(_) => "warn",
+        _ => "info",
+    };
+    let log = cli.log.as_deref().unwrap_or(default_log);
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(log).unwrap_or_else(|_| default_log.into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run(opts) => {
+            crate::run::run(opts).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crdgen { out } => {
+            for (file, crd) in wasmop_api::crds() {
+                let yaml = wasmop_api::to_yaml(&crd)?;
+                match &out {
+                    Some(dir) => std::fs::write(dir.join(file), yaml)
+                        .with_context(|| format!("cannot write {}", dir.join(file).display()))?,
+                    None => print!("---\n{yaml}"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resolver(opts) => wasmop_resolver::run(opts).await,
+        Command::Plan(opts) => plan(opts).await,
+        Command::Plugin(command) => plugin_tools::run(command).await,
+    }
+}
+
+/// `wasmop plan`: the routing pipeline offline, on YAML files, with the same code as the
+/// controller. Prints the IR (each resource's key, location, status and errors), the objects
+/// it would write and the DynamicEnvs' status. Exit code 0 whether or not the IR holds errors.
+///
+/// # Errors
+/// Unreadable input, or a router that cannot be loaded.
+async fn plan(opts: PlanOptions) -> anyhow::Result<ExitCode> {
+    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
+    let settings = serde_json::from_str(&opts.settings).context("--settings is not valid JSON")?;
+    let plugin = plugin_tools::load_for_cli(
+        &runtime,
+        Hook::Routing,
+        &opts.plugin,
+        settings,
+        Limits::default(),
+        Grants::default(),
+    )
+    .await?;
+    let router: Arc<dyn Router> = Arc::new(WasmRouter(plugin));
+    let out =
+        routing::plan_dir(&opts.dir, &router, &opts.routing.plan_config(), opts.output).await?;
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

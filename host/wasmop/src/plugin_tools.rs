@@ -1,0 +1,507 @@
+//! `wasmop plugin check|check-registry|run`: the tools of plugin authors, which load a
+//! component as the operator would, without a cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use wasmop_plugin_host::registry::{
+    CONFIGMAP_KEY, CONFIGMAP_NAME, Fetch, LocalFetch, Registry, RegistryConfig, Source,
+};
+use wasmop_plugin_host::{
+    CallError, Failure, Grants, Hook, Limits, Plugin, PluginRuntime, PluginSpec, RuntimeOptions,
+};
+
+/// `wasmop plugin …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum PluginCommand {
+    /// Load a component, check its world and version, call `info` and `validate-settings`.
+    Check {
+        /// The component file (`.wasm`) or `builtin://NAME`.
+        plugin: String,
+        /// The hook it is for; tried against every hook when omitted.
+        #[arg(long)]
+        hook: Option<Hook>,
+        /// Settings JSON passed to `validate-settings`.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// Limits and grants `validate-settings` runs under, as a registry entry's.
+        #[command(flatten)]
+        entry: EntryOptions,
+    },
+    /// Check a registry offline: parse its `plugins.yaml` as the operator does and load each
+    /// entry with its settings, limits and grants.
+    CheckRegistry {
+        /// A `plugins.yaml` document, or YAML holding ConfigMap `wasmop-plugins` and the
+        /// ConfigMaps its `configmap://` sources name (e.g. what you `kubectl apply`).
+        file: PathBuf,
+        /// PEM CA certificates trusted for `https://` sources besides the system's roots, as
+        /// `wasmop run --extra-ca-file`.
+        #[arg(long, value_name = "FILE")]
+        extra_ca_file: Option<PathBuf>,
+    },
+    /// Make one call under production limits and print the result as JSON.
+    Run {
+        /// The hook to call.
+        #[arg(long)]
+        hook: Hook,
+        /// A component file or `builtin://NAME`.
+        #[arg(long)]
+        plugin: String,
+        /// The request as JSON (fields of the hook's WIT request record, `-` as `_`).
+        #[arg(long)]
+        input: PathBuf,
+        /// Settings JSON.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// Limits and grants, as a registry entry's.
+        #[command(flatten)]
+        entry: EntryOptions,
+    },
+}
+
+/// What a `plugins.yaml` entry sets besides its source and settings, for `wasmop plugin check`
+/// and `wasmop plugin run`: the defaults are the production limits and no grants, as for an
+/// entry that sets none.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EntryOptions {
+    /// Let the plugin reach HOST (any port) or HOST:PORT over `wasi:http`, as an entry's
+    /// `grants.allowedHosts`; repeat for more hosts. Without it every request is denied.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    pub allow_hosts: Vec<String>,
+    /// A directory the plugin may read at `/data`, as an entry's `grants.readOnlyDir`.
+    #[arg(long, value_name = "DIR")]
+    pub read_only_dir: Option<PathBuf>,
+    /// Linear memory cap in MiB (`limits.memoryMiB`).
+    #[arg(long, value_name = "MIB", default_value_t = Limits::default().memory_mib,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub memory_mib: u32,
+    /// Wall-clock cap of the call in milliseconds (`limits.timeoutMs`).
+    #[arg(long, value_name = "MS", default_value_t = Limits::default().timeout_ms,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub timeout_ms: u32,
+    /// Cap on the call's output in KiB (`limits.maxOutputKiB`).
+    #[arg(long, value_name = "KIB", default_value_t = Limits::default().max_output_kib,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_output_kib: u32,
+    /// PEM CA certificates the plugin's `https://` requests trust besides the webpki roots, as
+    /// `wasmop run --extra-ca-file`.
+    #[arg(long, value_name = "FILE")]
+    pub extra_ca_file: Option<PathBuf>,
+}
+
+impl EntryOptions {
+    /// The entry's `limits`.
+    fn limits(&self) -> Limits {
+        Limits {
+            memory_mib: self.memory_mib,
+            timeout_ms: self.timeout_ms,
+            max_output_kib: self.max_output_kib,
+        }
+    }
+
+    /// The entry's `grants`.
+    ///
+    /// # Errors
+    /// `--read-only-dir` is not a readable directory.
+    fn grants(&self) -> anyhow::Result<Grants> {
+        let read_only_dir = match &self.read_only_dir {
+            Some(dir) => {
+                std::fs::read_dir(dir)
+                    .with_context(|| format!("cannot read --read-only-dir {}", dir.display()))?;
+                Some(dir.display().to_string())
+            }
+            None => None,
+        };
+        for host in &self.allow_hosts {
+            wasmop_plugin_host::sandbox::check_allowed_host(host)
+                .map_err(|e| anyhow::anyhow!("--allow-host {e}"))?;
+        }
+        Ok(Grants {
+            allowed_hosts: self.allow_hosts.clone(),
+            read_only_dir,
+        })
+    }
+
+    /// The runtime options: the defaults plus `--extra-ca-file`.
+    ///
+    /// # Errors
+    /// `--extra-ca-file` cannot be read.
+    fn runtime_options(&self) -> anyhow::Result<RuntimeOptions> {
+        Ok(RuntimeOptions {
+            extra_ca_pem: wasmop_plugin_host::read_extra_ca_file(self.extra_ca_file.as_deref())?,
+            ..RuntimeOptions::default()
+        })
+    }
+}
+
+/// Runs a `wasmop plugin` command.
+///
+/// # Errors
+/// An input that cannot be read or parsed; a plugin that fails is an exit code, not an error.
+pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PluginCommand::Check {
+            plugin,
+            hook,
+            settings,
+            entry,
+        } => plugin_check(&plugin, hook, &settings, &entry).await,
+        PluginCommand::CheckRegistry {
+            file,
+            extra_ca_file,
+        } => plugin_check_registry(&file, extra_ca_file.as_deref()).await,
+        PluginCommand::Run {
+            hook,
+            plugin,
+            input,
+            settings,
+            entry,
+        } => plugin_run(hook, &plugin, &input, &settings, &entry)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+    }
+}
+
+fn settings_value(settings: &str) -> anyhow::Result<serde_json::Value> {
+    serde_json::from_str(settings).context("--settings is not valid JSON")
+}
+
+async fn plugin_check(
+    plugin: &str,
+    hook: Option<Hook>,
+    settings: &str,
+    entry: &EntryOptions,
+) -> anyhow::Result<ExitCode> {
+    let (bytes, name) = read_plugin(plugin).await?;
+    let runtime = PluginRuntime::new(entry.runtime_options()?)?;
+    let settings = settings_value(settings)?;
+    let (limits, grants) = (entry.limits(), entry.grants()?);
+    let hooks: Vec<Hook> = hook.map_or_else(|| Hook::ALL.to_vec(), |h| vec![h]);
+    let mut failures: Vec<(Hook, wasmop_plugin_host::LoadError)> = Vec::new();
+    for h in hooks {
+        let mut spec = PluginSpec::new(&name, h, plugin);
+        spec.settings = Some(settings.clone());
+        spec.limits = limits.clone();
+        spec.grants = grants.clone();
+        match runtime.load(&spec, &bytes).await {
+            Ok(p) => {
+                let (pname, version) = p.info();
+                println!(
+                    "ok: {plugin} is a {h} plugin ({pname} {version}), world {} of wasmop:plugin@0.1.0, sha256 {}; settings accepted",
+                    h.world(),
+                    p.digest()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => failures.push((h, e)),
+        }
+    }
+    // A component that exports one hook's world failed as that hook: the others' "does not
+    // export" lines say nothing more.
+    if failures.iter().any(|(_, e)| !e.wrong_world) {
+        failures.retain(|(_, e)| !e.wrong_world);
+    }
+    // A file that is no component fails every hook alike: say it once. A hook left alone of
+    // several is named.
+    let why = if failures
+        .windows(2)
+        .all(|w| w[0].1.message == w[1].1.message)
+        && (failures.len() > 1 || hook.is_some())
+    {
+        format!(" {}", failures[0].1.message)
+    } else {
+        failures
+            .iter()
+            .map(|(h, e)| format!("\n  {h}: {}", e.message))
+            .collect()
+    };
+    println!("FAIL: {plugin} is not a usable wasmop plugin:{why}");
+    Ok(ExitCode::FAILURE)
+}
+
+/// `plugin check-registry`: one line per entry of `file` (`ok`, `FAIL`, or `skip` for a
+/// `configmap://` source whose ConfigMap is not in the file), then the plugin each hook uses
+/// by default; exit 1 when the document is invalid or an entry fails.
+async fn plugin_check_registry(
+    file: &Path,
+    extra_ca_file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    let shown = file.display();
+    let (doc, binaries) = read_registry_file(file)?;
+    let config = match RegistryConfig::parse(&doc) {
+        Ok(config) => config,
+        Err(e) => {
+            println!("FAIL: {shown}: {e}; the operator would serve the builtin defaults instead");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let extra_ca_pem = wasmop_plugin_host::read_extra_ca_file(extra_ca_file)?;
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        extra_ca_pem: extra_ca_pem.clone(),
+        ..RuntimeOptions::default()
+    })?;
+    let registry = Registry::new(runtime);
+    let fetch = ManifestFetch {
+        binaries,
+        local: LocalFetch { extra_ca_pem },
+    };
+    let report = registry.apply(config.clone(), &fetch).await;
+    let mut failed = false;
+    for spec in &config.plugins {
+        let (name, hook) = (&spec.name, spec.hook);
+        if let Ok(Source::ConfigMap { name: cm, key }) = Source::parse(&spec.source)
+            && !fetch.binaries.contains_key(&(cm.clone(), key.clone()))
+        {
+            println!(
+                "skip: {name} ({hook}): {} is read in the cluster; put ConfigMap {cm} (binaryData key {key}) in {shown} to check it here",
+                spec.source
+            );
+        } else if let Some((_, e)) = report.failed.iter().find(|(n, _)| n == name) {
+            println!("FAIL: {name} ({hook}): {e}");
+            failed = true;
+        } else {
+            let status = registry.status(hook, Some(name));
+            println!("ok: {name} ({hook}): {}; settings accepted", status.message);
+        }
+    }
+    let defaults: Vec<String> = Hook::ALL
+        .iter()
+        .map(|&h| format!("{h} → {}", registry.status(h, None).name))
+        .collect();
+    println!("defaults: {}", defaults.join(", "));
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The `plugins.yaml` of `file` and the `binaryData` of the ConfigMaps in it, keyed by
+/// (ConfigMap name, key). A file without a ConfigMap is `plugins.yaml` itself.
+///
+/// # Errors
+/// The file cannot be read, a ConfigMap in it does not parse, or none is `wasmop-plugins`
+/// while some are.
+fn read_registry_file(file: &Path) -> anyhow::Result<(String, Binaries)> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde::Deserialize;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let mut doc = None;
+    let mut binaries = std::collections::BTreeMap::new();
+    let mut configmaps = 0;
+    for part in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(part)
+            .with_context(|| format!("{} is not YAML", file.display()))?;
+        if value.get("kind").and_then(serde_yaml::Value::as_str) != Some("ConfigMap") {
+            continue;
+        }
+        configmaps += 1;
+        let cm: ConfigMap = serde_yaml::from_value(value)
+            .with_context(|| format!("a ConfigMap in {} does not parse", file.display()))?;
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        if name == CONFIGMAP_NAME {
+            doc = cm.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned();
+            if doc.is_none() {
+                anyhow::bail!(
+                    "ConfigMap {CONFIGMAP_NAME} in {} has no data key {CONFIGMAP_KEY}",
+                    file.display()
+                );
+            }
+        }
+        for (key, bytes) in cm.binary_data.unwrap_or_default() {
+            binaries.insert((name.clone(), key), bytes.0);
+        }
+    }
+    match doc {
+        Some(doc) => Ok((doc, binaries)),
+        None if configmaps == 0 => Ok((text, binaries)),
+        None => anyhow::bail!(
+            "{} holds ConfigMaps but not {CONFIGMAP_NAME}, whose data key {CONFIGMAP_KEY} is the registry",
+            file.display()
+        ),
+    }
+}
+
+/// The `binaryData` of ConfigMaps, by (ConfigMap name, key).
+type Binaries = std::collections::BTreeMap<(String, String), Vec<u8>>;
+
+/// Reads `configmap://` sources from the ConfigMaps of a file, everything else locally.
+struct ManifestFetch {
+    binaries: Binaries,
+    local: LocalFetch,
+}
+
+#[async_trait::async_trait]
+impl Fetch for ManifestFetch {
+    async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        match source {
+            Source::ConfigMap { name, key } => self
+                .binaries
+                .get(&(name.clone(), key.clone()))
+                .cloned()
+                .ok_or_else(|| {
+                    format!("ConfigMap {name} with binaryData key {key} is not in the file")
+                }),
+            other => self.local.fetch(other).await,
+        }
+    }
+}
+
+/// The bytes of `plugin` (`builtin://NAME` or a component file) and the name it goes by (the
+/// builtin's name, or the file name without its extension).
+///
+/// # Errors
+/// The file cannot be read, or there is no such builtin.
+async fn read_plugin(plugin: &str) -> anyhow::Result<(Vec<u8>, String)> {
+    let (source, name) = if let Some(name) = plugin.strip_prefix("builtin://") {
+        (Source::Builtin(name.into()), name.to_owned())
+    } else {
+        let path =
+            std::fs::canonicalize(plugin).with_context(|| format!("cannot find {plugin}"))?;
+        (
+            Source::File(path.display().to_string()),
+            path.file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        )
+    };
+    let bytes = LocalFetch::default()
+        .fetch(&source)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok((bytes, name))
+}
+
+/// Loads `plugin` (`builtin://NAME` or a component file) for `hook` with `settings`, as the
+/// CLI commands (`plugin run`, `plan`) do, with `limits` and `grants` (`plan`: the production
+/// limits, nothing granted).
+///
+/// # Errors
+/// When the file cannot be read, the component does not load or its settings are rejected.
+pub(crate) async fn load_for_cli(
+    runtime: &Arc<PluginRuntime>,
+    hook: Hook,
+    plugin: &str,
+    settings: serde_json::Value,
+    limits: Limits,
+    grants: Grants,
+) -> anyhow::Result<Arc<Plugin>> {
+    let (bytes, name) = read_plugin(plugin).await?;
+    let mut spec = PluginSpec::new(&name, hook, plugin);
+    spec.settings = Some(settings);
+    spec.limits = limits;
+    spec.grants = grants;
+    Ok(runtime.load(&spec, &bytes).await?)
+}
+
+async fn plugin_run(
+    hook: Hook,
+    plugin: &str,
+    input: &Path,
+    settings: &str,
+    entry: &EntryOptions,
+) -> anyhow::Result<()> {
+    let runtime = PluginRuntime::new(entry.runtime_options()?)?;
+    let plugin = load_for_cli(
+        &runtime,
+        hook,
+        plugin,
+        settings_value(settings)?,
+        entry.limits(),
+        entry.grants()?,
+    )
+    .await?;
+    let text = std::fs::read_to_string(input)
+        .with_context(|| format!("cannot read {}", input.display()))?;
+    let parse_err =
+        |e: serde_json::Error| anyhow::anyhow!("{}: not a {hook} request: {e}", input.display());
+    let mut request: serde_json::Value = serde_json::from_str(&text).map_err(parse_err)?;
+    inline_json_fields(&mut request, hook);
+    let out = match hook {
+        Hook::Routing => serde_json::to_value(
+            plugin
+                .route(serde_json::from_value(request).map_err(parse_err)?)
+                .await
+                .map_err(run_error)?,
+        )?,
+        Hook::Scaling => serde_json::to_value(
+            plugin
+                .vote(serde_json::from_value(request).map_err(parse_err)?)
+                .await
+                .map_err(run_error)?,
+        )?,
+        Hook::Restart => {
+            let req: wasmop_plugin_host::RestartRequest =
+                serde_json::from_value(request).map_err(parse_err)?;
+            let pods = serde_json::from_str::<Vec<serde_json::Value>>(&req.pods)
+                .context("`pods` must be a JSON array")?
+                .len();
+            serde_json::to_value(plugin.evaluate(req, pods).await.map_err(run_error)?)?
+        }
+        Hook::Dr => serde_json::to_value(
+            plugin
+                .check(serde_json::from_value(request).map_err(parse_err)?)
+                .await
+                .map_err(run_error)?,
+        )?,
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&expand_json_fields(out))?
+    );
+    Ok(())
+}
+
+/// An answer's fields that cross as JSON text (a router's `http`, the routes) written out as
+/// the JSON they hold, so that `plugin run` prints them readably; the host has checked that
+/// they parse.
+fn expand_json_fields(mut answer: serde_json::Value) -> serde_json::Value {
+    if let Some(http) = answer.get_mut("http")
+        && let Some(parsed) = http
+            .as_str()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+    {
+        *http = parsed;
+    }
+    answer
+}
+
+/// The request fields of `hook` that cross as JSON text (the WIT's `string` fields holding a
+/// Kubernetes object, a trigger's metadata, a list of pods): an input file may give them as
+/// JSON objects or arrays, which are written out as text here, or as strings.
+fn inline_json_fields(request: &mut serde_json::Value, hook: Hook) {
+    let fields: &[&str] = match hook {
+        Hook::Routing => &["virtual_service"],
+        Hook::Scaling => &["metadata"],
+        Hook::Restart => &["desired", "applied", "pods"],
+        Hook::Dr => &[],
+    };
+    for field in fields {
+        if let Some(v) = request.get_mut(*field)
+            && (v.is_object() || v.is_array())
+        {
+            *v = serde_json::Value::String(v.to_string());
+        }
+    }
+}
+
+/// A failed call of `plugin run`, with the flag that grants a denied host.
+fn run_error(e: CallError) -> anyhow::Error {
+    match &e.failure {
+        Failure::DeniedHost(hosts) => anyhow::anyhow!(
+            "{e}; to grant it, pass {}",
+            hosts
+                .iter()
+                .map(|h| format!("--allow-host {h}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => e.into(),
+    }
+}

@@ -1,0 +1,505 @@
+//! The plugin-author CLI: `wasmop plugin check` gives a verdict and an exit code;
+//! `wasmop plugin run` makes one call and prints its result as JSON.
+
+use std::process::{Command, Output};
+
+fn wasmop(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmop"))
+        .args(args)
+        .env(
+            "WASMOP_CACHE_DIR",
+            std::env::temp_dir().join(format!("wasmop-cli-test-{}", std::process::id())),
+        )
+        .output()
+        .unwrap()
+}
+
+fn component(file: &str) -> String {
+    wasmop_tests::components_dir()
+        .join(file)
+        .display()
+        .to_string()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn check_finds_the_world_and_validates_settings() {
+    let ok = wasmop(&["plugin", "check", &component("routing_istio.wasm")]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(
+        text(&ok).contains("is a routing plugin (routing-istio"),
+        "{}",
+        text(&ok)
+    );
+
+    let wrong = wasmop(&[
+        "plugin",
+        "check",
+        &component("dr_lease.wasm"),
+        "--hook",
+        "routing",
+    ]);
+    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+    assert!(
+        text(&wrong).contains("does not export the router world"),
+        "{}",
+        text(&wrong)
+    );
+
+    let bad = wasmop(&[
+        "plugin",
+        "check",
+        &component("routing_istio.wasm"),
+        "--settings",
+        r#"{"colour":"red"}"#,
+    ]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert_says(
+        &bad,
+        "not a usable wasmop plugin:\n  routing: settings rejected",
+    );
+    assert!(
+        !text(&bad).contains("does not export"),
+        "only the hook whose world it exports is reported: {}",
+        text(&bad)
+    );
+}
+
+/// What is not a component is said once, in words, whatever the hook; builtins are checked
+/// by name.
+#[test]
+fn check_says_what_a_file_is_when_it_is_no_component() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let core = dir.join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let out = wasmop(&["plugin", "check", core.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(
+        &out,
+        "core.wasm is not a usable wasmop plugin: a core WebAssembly module, not a component",
+    );
+    assert_eq!(
+        text(&out).matches("core WebAssembly module").count(),
+        1,
+        "said once, not per hook: {}",
+        text(&out)
+    );
+
+    let junk = dir.join("notes.wasm");
+    std::fs::write(&junk, "hello").unwrap();
+    let out = wasmop(&["plugin", "check", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(
+        &out,
+        "notes.wasm is not a usable wasmop plugin: not a WebAssembly file",
+    );
+    assert!(!text(&out).contains("0x"), "no parser dump: {}", text(&out));
+
+    let out = wasmop(&["plugin", "check", "builtin://restart-sidecar"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_says(&out, "builtin://restart-sidecar is a restart plugin");
+    let out = wasmop(&["plugin", "check", "builtin://nope"]);
+    assert!(!out.status.success());
+    assert_says(&out, r#"unknown builtin "nope" (known: routing-istio,"#);
+}
+
+/// `validate-settings` runs under the limits and grants given as flags, as an entry's would:
+/// a plugin that reads a file its entry grants is checked with that grant.
+#[test]
+fn check_runs_validate_settings_under_the_entry_flags() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-check-grants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("marker"), "x").unwrap();
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let check = |settings: &str, flags: &[&str]| {
+        let mut args = vec!["plugin", "check", &fixture, "--hook", "routing"];
+        args.extend(["--settings", settings]);
+        args.extend(flags);
+        wasmop(&args)
+    };
+    let reads = r#"{"read":"/data/marker"}"#;
+
+    let denied = check(reads, &[]);
+    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied));
+    assert_says(&denied, "settings rejected");
+    assert_says(&denied, "read /data/marker");
+
+    let granted = check(reads, &["--read-only-dir", dir.to_str().unwrap()]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    assert_says(&granted, "settings accepted");
+
+    let slow = check(r#"{"loop":true}"#, &["--timeout-ms", "120"]);
+    assert_eq!(slow.status.code(), Some(1), "{}", text(&slow));
+    assert_says(&slow, "timed out after 120 ms (limits.timeoutMs)");
+
+    let missing = check("{}", &["--read-only-dir", "/nonexistent/wasmop"]);
+    assert!(!missing.status.success(), "{}", text(&missing));
+    assert_says(&missing, "cannot read --read-only-dir /nonexistent/wasmop");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn run_prints_the_decision_as_json() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("tick.json");
+    std::fs::write(
+        &input,
+        r#"{"identity":"me","now":100000,"lease":{"owner":"other","updated_time":0,"notes":""},
+            "wait_time_seconds":1,"failure_threshold":3,"started_at":0,"warmup_seconds":0}"#,
+    )
+    .unwrap();
+    let out = wasmop(&[
+        "plugin",
+        "run",
+        "--hook",
+        "dr",
+        "--plugin",
+        "builtin://dr-lease",
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["action"], "Takeover", "{v}");
+    assert_eq!(v["state"], "Active", "{v}");
+
+    let missing = wasmop(&[
+        "plugin",
+        "run",
+        "--hook",
+        "routing",
+        "--plugin",
+        &component("wasmop_hostile_fixture.wasm"),
+        "--input",
+        "/nonexistent.json",
+    ]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing).contains("/nonexistent.json"),
+        "{}",
+        text(&missing)
+    );
+}
+
+/// Asserts that the command's output (stdout and stderr) contains `needle`.
+#[track_caller]
+fn assert_says(o: &Output, needle: &str) {
+    assert!(text(o).contains(needle), "{}", text(o));
+}
+
+/// Runs `plugin run` for `hook` with `request` (JSON written to a file of its own) and `args`.
+fn run(hook: &str, plugin: &str, request: &serde_json::Value, args: &[&str]) -> Output {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join(format!("request-{n}.json"));
+    std::fs::write(&input, request.to_string()).unwrap();
+    let mut all = vec![
+        "plugin",
+        "run",
+        "--hook",
+        hook,
+        "--plugin",
+        plugin,
+        "--input",
+        input.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    wasmop(&all)
+}
+
+/// Fields that cross as JSON text (here a routing request's `virtual_service`) may be given
+/// in the input file as JSON objects: the answer is the same as with the text.
+#[test]
+fn run_takes_json_fields_as_objects_or_as_text() {
+    let vs = serde_json::json!({
+        "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "shop"},
+        "spec": {"hosts": ["reviews"], "http": [
+            {"name": "default", "route": [{"destination": {"host": "reviews", "subset": "shared"}}]}
+        ]},
+    });
+    let request = |virtual_service: serde_json::Value| {
+        serde_json::json!({
+            "dynamic_env": "shop/feature-42", "unique_name": "reviews-feature-42",
+            "subset": "reviews-feature-42", "host": "reviews", "namespace": "shop",
+            "default_version": "shared", "route_prefix": "de-shop-feature-42-",
+            "matches": [{"headers": [{"name": "end-user", "value": {"Exact": "jason"}}],
+                         "source_labels": []}],
+            "virtual_service": virtual_service,
+        })
+    };
+    let plugin = "builtin://routing-istio";
+    let as_object = run("routing", plugin, &request(vs.clone()), &[]);
+    assert!(as_object.status.success(), "{}", text(&as_object));
+    let as_text = run("routing", plugin, &request(vs.to_string().into()), &[]);
+    assert!(as_text.status.success(), "{}", text(&as_text));
+    assert_eq!(as_object.stdout, as_text.stdout);
+    let v: serde_json::Value = serde_json::from_slice(&as_object.stdout).unwrap();
+    // The routes are printed as JSON, not as the text the WIT carries them in.
+    let http = v["http"].as_array().expect("`http` printed as an array");
+    assert_eq!(
+        http.len(),
+        2,
+        "the DynamicEnv's route, then the default: {v}"
+    );
+    assert_eq!(http[1]["name"], "default", "{v}");
+}
+
+/// What a plugin writes to stderr shows in `plugin run`'s debug log, also when the call
+/// succeeds.
+#[test]
+fn run_shows_the_plugins_stderr_in_the_debug_log() {
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let chatty = hostile("stderr", "1,ok");
+    let quiet = run("routing", &fixture, &chatty, &[]);
+    assert!(quiet.status.success(), "{}", text(&quiet));
+    // Without --log, `plugin` commands log warnings only: stdout is the answer, stderr is quiet.
+    assert!(quiet.stderr.is_empty(), "{}", text(&quiet));
+    let debug = run("routing", &fixture, &chatty, &["--log", "wasmop=debug"]);
+    assert!(debug.status.success(), "{}", text(&debug));
+    assert_says(&debug, "plugin stderr (its tail): yyyy");
+}
+
+/// A request for the hostile fixture: `behaviour` with its argument.
+fn hostile(behaviour: &str, argument: &str) -> serde_json::Value {
+    serde_json::json!({
+        "dynamic_env": "ns/de", "unique_name": "u", "subset": behaviour, "host": argument,
+        "namespace": "ns", "default_version": "v1", "matches": [], "route_prefix": "p-",
+        "virtual_service": "{}",
+    })
+}
+
+/// `plugin run` takes an entry's grants and limits (`--read-only-dir`, `--timeout-ms`,
+/// `--memory-mib`, `--max-output-kib`); without them it runs as an entry that sets none.
+#[test]
+fn run_takes_the_grants_and_limits_of_a_registry_entry() {
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let data = std::env::temp_dir().join(format!("wasmop-cli-data-{}", std::process::id()));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("hello.txt"), "hello").unwrap();
+    let data = data.to_str().unwrap();
+
+    let read = hostile("read", "/data/hello.txt");
+    let denied = run("routing", &fixture, &read, &[]);
+    assert!(!denied.status.success(), "{}", text(&denied));
+    assert_says(&denied, "read /data/hello.txt");
+    let granted = run("routing", &fixture, &read, &["--read-only-dir", data]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
+    assert_eq!(v["http"], serde_json::json!([]), "{v}");
+    let missing = run(
+        "routing",
+        &fixture,
+        &read,
+        &["--read-only-dir", "/nonexistent-dir"],
+    );
+    assert_says(&missing, "cannot read --read-only-dir /nonexistent-dir");
+
+    let started = std::time::Instant::now();
+    let slow = run(
+        "routing",
+        &fixture,
+        &hostile("loop", ""),
+        &["--timeout-ms", "50"],
+    );
+    assert_says(&slow, "timed out after 50 ms (limits.timeoutMs)");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+    let big = run(
+        "routing",
+        &fixture,
+        &hostile("oom", ""),
+        &["--memory-mib", "8"],
+    );
+    assert_says(&big, "exceeded 8 MiB (limits.memoryMiB)");
+
+    let answer = hostile("answer", &format!("[{}{{}}]", "{},".repeat(700)));
+    let capped = run("routing", &fixture, &answer, &["--max-output-kib", "1"]);
+    assert_says(
+        &capped,
+        "output of 2 KiB exceeds 1 KiB (limits.maxOutputKiB)",
+    );
+    let served = run("routing", &fixture, &answer, &[]);
+    assert!(served.status.success(), "{}", text(&served));
+
+    let zero = run("routing", &fixture, &answer, &["--memory-mib", "0"]);
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero));
+}
+
+/// A scaling vote reaches Prometheus only with `--allow-host`, and the refusal says so; an
+/// `https://` Prometheus is trusted with `--extra-ca-file`, as by `wasmop run`.
+#[test]
+fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
+    use wasmop_tests::prometheus::QueryStub;
+    let vote = |server: &str| {
+        serde_json::json!({
+            "elastic_service": "ns/es",
+            "trigger_type": "prometheus",
+            "metadata": serde_json::json!({
+                "query": "sum(rate(http_requests_total[1m]))",
+                "serverAddress": server,
+                "threshold": "0.5",
+            }).to_string(),
+            "cooldown_seconds": 60,
+            "now": 0,
+        })
+    };
+    let prometheus = QueryStub::start("0.2");
+    let addr = prometheus.addr.as_str();
+    let request = vote(&format!("http://{addr}"));
+    let plugin = "builtin://scaling-prometheus";
+
+    let denied = run("scaling", plugin, &request, &[]);
+    assert!(!denied.status.success(), "{}", text(&denied));
+    assert_says(
+        &denied,
+        &format!(
+            "denied outbound request to {addr} (not in grants.allowedHosts); to grant it, \
+             pass --allow-host {addr}"
+        ),
+    );
+    assert_eq!(prometheus.served(), 0);
+
+    // A URL is not a host entry: said at once, before any request.
+    let url = format!("http://{addr}");
+    let as_url = run("scaling", plugin, &request, &["--allow-host", &url]);
+    assert!(!as_url.status.success(), "{}", text(&as_url));
+    assert_says(
+        &as_url,
+        &format!("--allow-host \"{url}\" is a URL; write host or host:port"),
+    );
+    assert_eq!(prometheus.served(), 0);
+
+    let granted = run("scaling", plugin, &request, &["--allow-host", addr]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
+    assert_eq!(v["vote"], "Down", "{v}");
+    assert_eq!(v["value"], 0.2, "{v}");
+    assert_eq!(prometheus.served(), 2);
+
+    let ca = wasmop_tests::tls::TestCa::new("wasmop cli test CA");
+    let tls = QueryStub::start_tls("0.2", ca.server_config(&["localhost"]));
+    let (_, port) = tls.addr.rsplit_once(':').unwrap();
+    let authority = format!("localhost:{port}");
+    let request = vote(&format!("https://{authority}"));
+    let ca_file = std::env::temp_dir().join(format!("wasmop-cli-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let untrusted = run("scaling", plugin, &request, &["--allow-host", &authority]);
+    assert_says(&untrusted, "is not trusted");
+    let trusted = run(
+        "scaling",
+        plugin,
+        &request,
+        &[
+            "--allow-host",
+            &authority,
+            "--extra-ca-file",
+            ca_file.to_str().unwrap(),
+        ],
+    );
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    assert_eq!(tls.served(), 2);
+}
+
+/// `plugin check-registry` reads a registry as the operator does: one verdict per entry, the
+/// ConfigMaps of the file as `configmap://` sources, and an invalid document refused.
+#[test]
+fn check_registry_gives_a_verdict_per_entry() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-registry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dr = std::fs::read(component("dr_lease.wasm")).unwrap();
+    let router = component("routing_istio.wasm");
+    let router_sha = wasmop_plugin_host::sha256_hex(&std::fs::read(&router).unwrap());
+    let dr_sha = wasmop_plugin_host::sha256_hex(&dr);
+    let entries = format!(
+        "plugins:\n\
+         - {{name: picky, hook: routing, source: 'builtin://routing-istio', settings: {{colour: red}}}}\n\
+         - {{name: shipped, hook: dr, source: 'configmap://bins/dr.wasm', sha256: {dr_sha}}}\n\
+         - {{name: elsewhere, hook: dr, source: 'configmap://other/x.wasm', sha256: {dr_sha}}}\n\
+         - {{name: local, hook: routing, source: 'file://{router}', sha256: {router_sha}}}\n\
+         defaults: {{dr: shipped}}\n"
+    );
+    let mut registry = ConfigMap::default();
+    registry.metadata.name = Some("wasmop-plugins".into());
+    registry.data = Some([("plugins.yaml".to_owned(), entries)].into());
+    let mut bins = ConfigMap::default();
+    bins.metadata.name = Some("bins".into());
+    bins.binary_data = Some([("dr.wasm".to_owned(), ByteString(dr))].into());
+    let manifest = dir.join("registry.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "{}---\n{}",
+            serde_yaml::to_string(&registry).unwrap(),
+            serde_yaml::to_string(&bins).unwrap()
+        ),
+    )
+    .unwrap();
+    let out = wasmop(&["plugin", "check-registry", manifest.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert!(
+        lines[0].starts_with("FAIL: picky (routing): settings rejected: ")
+            && lines[0].contains("colour"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("ok: shipped (dr): dr-lease 0.1.0 (sha256:"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[2],
+        format!(
+            "skip: elsewhere (dr): configmap://other/x.wasm is read in the cluster; put \
+             ConfigMap other (binaryData key x.wasm) in {} to check it here",
+            manifest.display()
+        )
+    );
+    assert!(
+        lines[3].starts_with("ok: local (routing): routing-istio 0.1.0"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[4],
+        "defaults: routing → routing-istio, scaling → scaling-prometheus, restart → \
+         restart-sidecar, dr → shipped"
+    );
+
+    // A plain plugins.yaml whose entries all load passes.
+    let plain = dir.join("plugins.yaml");
+    std::fs::write(
+        &plain,
+        format!(
+            "plugins: [{{name: local, hook: routing, source: 'file://{router}', sha256: {router_sha}}}]\n"
+        ),
+    )
+    .unwrap();
+    let ok = wasmop(&["plugin", "check-registry", plain.to_str().unwrap()]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert_says(&ok, "ok: local (routing)");
+
+    // An invalid document is refused as the operator would refuse it.
+    std::fs::write(&plain, "plugins: [{name: x, hook: nope}]\n").unwrap();
+    let bad = wasmop(&["plugin", "check-registry", plain.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert_says(
+        &bad,
+        "the operator would serve the builtin defaults instead",
+    );
+    assert_says(&bad, "hook");
+}

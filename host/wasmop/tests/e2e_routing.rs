@@ -1,0 +1,433 @@
+//! E2E: the DynamicEnv controller on the local control plane (Istio's real CRDs, kwok pods),
+//! run as the `wasmop` binary under the chart's RBAC, on bookinfo-style `details` and
+//! `reviews` workloads.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use wasmop_controllers::routing::names;
+use wasmop_tests::routing::{
+    apply, bookinfo, create, dynamic_env, get, http_routes, virtual_service, vs_http, wait_state,
+};
+use wasmop_tests::{Operator, eventually, with_temp_ns};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const REVIEWS_V3: &str = "docker.io/istio/examples-bookinfo-reviews-v3:1.20.3";
+const REVIEWS_V4: &str = "docker.io/istio/examples-bookinfo-reviews-v4:1.20.3";
+const VS: &str = "networking.istio.io/v1";
+
+/// The names wasmop gives the objects of DynamicEnv `ns/de` for subset `ns/deployment`.
+struct Names {
+    clone: String,
+    version: String,
+    destination_rule: String,
+    prefix: String,
+}
+
+fn names_of(ns: &str, de: &str, deployment: &str) -> Names {
+    Names {
+        clone: names::clone_name(ns, de, ns, deployment),
+        version: names::version(ns, de),
+        destination_rule: names::destination_rule_name(ns, de, ns, deployment, deployment),
+        prefix: names::route_prefix(ns, de, ns, deployment, deployment),
+    }
+}
+
+/// The routes of [`http_routes`] after DynamicEnv `n` for `end-user: user`: a copy before
+/// `api` (its shared destination only, no weight) and one before `default`.
+fn expected_routes(app: &str, n: &Names, user: &str) -> Value {
+    let copy = |i: usize, mut m: Value| {
+        m["headers"] = json!({"end-user": {"exact": user}});
+        json!({
+            "name": format!("{}{i}", n.prefix),
+            "match": [m],
+            "route": [{"destination": {"host": app, "subset": n.version}}],
+            "headers": {"response": {"add": {"x-dynamic-env": n.clone}}}
+        })
+    };
+    let base = http_routes(app);
+    json!([
+        base[0],
+        copy(0, json!({"uri": {"prefix": "/api"}})),
+        base[1],
+        copy(1, json!({})),
+        base[2]
+    ])
+}
+
+async fn clone_deployment(client: &Client, ns: &str, name: &str) -> Option<Deployment> {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// Reasons of the Events about DynamicEnv `name`, with their related object's name.
+async fn events(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.related.and_then(|r| r.name).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn condition<'a>(de: &'a Value, type_: &str) -> Option<&'a Value> {
+    de["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn create_update_and_delete_restore_every_virtual_service() {
+    with_temp_ns("routing", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        let original_reviews = get(&client, &ns, VS, "VirtualService", "reviews")
+            .await
+            .unwrap();
+        let original_details = get(&client, &ns, VS, "VirtualService", "details")
+            .await
+            .unwrap();
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+
+        create(
+            &client,
+            &ns,
+            dynamic_env("jason", &ns, "jason", REVIEWS_V3, true),
+        )
+        .await;
+        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        let n = names_of(&ns, "jason", "reviews");
+        let consumer = names::clone_name(&ns, "jason", &ns, "details");
+
+        // Status: counts, per-subset and per-consumer entries, conditions of both loops.
+        let status = &de["status"];
+        assert_eq!(status["totalCount"], 2, "{status}");
+        assert_eq!(status["totalReady"], 2, "{status}");
+        let entry = &status["subsetsStatus"][format!("{ns}/reviews")];
+        assert_eq!(
+            entry["deployment"],
+            json!({"name": n.clone, "namespace": ns, "status": "running"})
+        );
+        assert_eq!(
+            entry["destinationRules"],
+            json!([{"name": n.destination_rule, "namespace": ns, "status": "running"}])
+        );
+        assert_eq!(
+            entry["virtualServices"],
+            json!([{"name": "reviews", "namespace": ns, "status": "running"}])
+        );
+        assert!(entry.get("subsetErrors").is_none(), "{entry}");
+        let first_hash = entry["hash"].as_str().unwrap().to_owned();
+        assert_eq!(
+            status["consumersStatus"][format!("{ns}/details")]["status"],
+            "running"
+        );
+        assert_eq!(condition(&de, "Ready").unwrap()["status"], "True");
+        let plugin_ready = eventually("PluginReady beside Ready", TIMEOUT, async || {
+            let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
+            let c = condition(&de, "PluginReady")?.clone();
+            condition(&de, "Ready")?;
+            Some(c)
+        })
+        .await;
+        assert_eq!(plugin_ready["status"], "True");
+
+        // The clones: ready kwok pods, the overrides, the version label.
+        let clone = clone_deployment(&client, &ns, &n.clone).await.unwrap();
+        assert_eq!(clone.status.as_ref().unwrap().ready_replicas, Some(1));
+        let pod = clone.spec.as_ref().unwrap().template.clone();
+        let labels = pod.metadata.unwrap().labels.unwrap();
+        assert_eq!(labels["version"], n.version);
+        assert_eq!(labels["app"], "reviews");
+        let c = &pod.spec.unwrap().containers[0];
+        assert_eq!(c.image.as_deref(), Some(REVIEWS_V3));
+        assert_eq!(c.env.as_ref().unwrap()[0].name, "STAR_COLOR");
+        let details = clone_deployment(&client, &ns, &consumer).await.unwrap();
+        assert_eq!(details.status.unwrap().ready_replicas, Some(1));
+
+        // The DestinationRule: the base's host and traffic policy, one subset.
+        let dr = get(&client, &ns, VS, "DestinationRule", &n.destination_rule)
+            .await
+            .unwrap();
+        assert_eq!(
+            dr["spec"],
+            json!({
+                "host": "reviews",
+                "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}},
+                "subsets": [{"name": n.version, "labels": {"version": n.version}}]
+            })
+        );
+
+        // The routes, exactly; the consumer's base VirtualService is untouched.
+        assert_eq!(
+            vs_http(&client, &ns, "reviews").await,
+            expected_routes("reviews", &n, "jason")
+        );
+        assert_eq!(
+            get(&client, &ns, VS, "VirtualService", "details")
+                .await
+                .unwrap()["spec"],
+            original_details["spec"]
+        );
+
+        let reasons = events(&client, &ns, "jason").await;
+        for (reason, related) in [
+            ("Created", n.clone.as_str()),
+            ("Created", consumer.as_str()),
+            ("Created", n.destination_rule.as_str()),
+            ("RoutesUpdated", "reviews"),
+        ] {
+            assert!(
+                reasons.iter().any(|(r, o)| r == reason && o == related),
+                "Event {reason} about {related} in {reasons:?}"
+            );
+        }
+
+        // A new image: the clone rolls out and the hash changes.
+        apply(
+            &client,
+            &ns,
+            dynamic_env("jason", &ns, "jason", REVIEWS_V4, true),
+        )
+        .await;
+        let de = eventually("a new hash and ready again", TIMEOUT, async || {
+            let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
+            let hash = de["status"]["subsetsStatus"][format!("{ns}/reviews")]["hash"].as_str()?;
+            (hash != first_hash && de["status"]["state"] == "ready").then_some(de)
+        })
+        .await;
+        assert_eq!(de["status"]["totalReady"], 2);
+        let clone = clone_deployment(&client, &ns, &n.clone).await.unwrap();
+        assert_eq!(
+            clone.spec.unwrap().template.spec.unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some(REVIEWS_V4)
+        );
+        assert!(clone.metadata.generation.unwrap() >= 2, "rolled out again");
+        assert!(
+            events(&client, &ns, "jason")
+                .await
+                .iter()
+                .any(|(r, o)| r == "Updated" && *o == n.clone)
+        );
+
+        // Deletion: every VirtualService back as it was, nothing left.
+        Api::<kube::api::DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "wasmop.dev",
+                "v1alpha1",
+                "DynamicEnv",
+            )),
+        )
+        .delete("jason", &DeleteParams::default())
+        .await
+        .unwrap();
+        eventually("the DynamicEnv to be gone", TIMEOUT, async || {
+            get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason")
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        let reviews = get(&client, &ns, VS, "VirtualService", "reviews")
+            .await
+            .unwrap();
+        assert_eq!(reviews["spec"], original_reviews["spec"]);
+        assert_eq!(
+            reviews["metadata"]["annotations"], original_reviews["metadata"]["annotations"],
+            "nothing else was written to the VirtualService"
+        );
+        assert_eq!(
+            get(&client, &ns, VS, "VirtualService", "details")
+                .await
+                .unwrap()["spec"],
+            original_details["spec"]
+        );
+        for name in [&n.clone, &consumer] {
+            assert!(
+                clone_deployment(&client, &ns, name).await.is_none(),
+                "{name}"
+            );
+        }
+        assert!(
+            get(&client, &ns, VS, "DestinationRule", &n.destination_rule)
+                .await
+                .is_none()
+        );
+        let left: Vec<String> = Api::<Deployment>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|d| d.metadata.name)
+            .collect();
+        assert_eq!(left, ["details", "reviews"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn routes_and_clones_follow_changes_of_the_virtual_service_and_the_base() {
+    with_temp_ns("routing-resync", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        create(&client, &ns, dynamic_env("jason", &ns, "jason", REVIEWS_V3, false)).await;
+        wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        let n = names_of(&ns, "jason", "reviews");
+
+        // Someone replaces the routes (dropping wasmop's): the copy comes back, following the
+        // new default route.
+        let mut vs = virtual_service("reviews");
+        vs["spec"]["http"] = json!([{"name": "default", "timeout": "5s",
+                                     "route": [{"destination": {"host": "reviews", "subset": "shared"}}]}]);
+        apply(&client, &ns, vs).await;
+        let want = json!([
+            {"name": format!("{}0", n.prefix), "timeout": "5s",
+             "match": [{"headers": {"end-user": {"exact": "jason"}}}],
+             "route": [{"destination": {"host": "reviews", "subset": n.version}}],
+             "headers": {"response": {"add": {"x-dynamic-env": n.clone}}}},
+            {"name": "default", "timeout": "5s",
+             "route": [{"destination": {"host": "reviews", "subset": "shared"}}]}
+        ]);
+        eventually("the routes re-synced", TIMEOUT, async || {
+            (vs_http(&client, &ns, "reviews").await == want).then_some(())
+        })
+        .await;
+
+        // The base Deployment changes: the clone follows, keeping its overrides.
+        Api::<Deployment>::namespaced(client.clone(), &ns)
+            .patch(
+                "reviews",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "reviews", "env": [{"name": "FROM_THE_BASE", "value": "1"}]}
+                ]}}}})),
+            )
+            .await
+            .unwrap();
+        let env = eventually("the clone to follow its base", TIMEOUT, async || {
+            let d = clone_deployment(&client, &ns, &n.clone).await?;
+            let env: Vec<String> = d.spec?.template.spec?.containers[0]
+                .env
+                .clone()?
+                .into_iter()
+                .map(|e| e.name)
+                .collect();
+            env.contains(&"FROM_THE_BASE".to_owned()).then_some(env)
+        })
+        .await;
+        assert_eq!(env, ["FROM_THE_BASE", "STAR_COLOR"]);
+        wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+    })
+    .await;
+}
+
+/// The registry of the test's operator: the builtin router again as `tiny`, whose output may
+/// not exceed 1 KiB, with `failurePolicy: Fail`.
+fn registry_with_tiny_router() -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": "wasmop-plugins"},
+        "data": {"plugins.yaml": "plugins:\n  - name: tiny\n    hook: routing\n    source: builtin://routing-istio\n    limits: {maxOutputKiB: 1}\n    failurePolicy: Fail\n"}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn degraded_with_the_reference_error_until_fixed_and_a_failing_router_fails_its_own() {
+    with_temp_ns("routing-degraded", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, false).await;
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &registry_with_tiny_router())
+            .await
+            .unwrap();
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        create(&client, &ns, dynamic_env("jason", &ns, "jason", REVIEWS_V3, false)).await;
+        let de = wait_state(&client, &ns, "jason", "degraded", TIMEOUT).await;
+        let n = names_of(&ns, "jason", "reviews");
+        let error = format!(
+            "error updating virtual service for subset ({}): could not find even one virtual service that handles subset \"{ns}/reviews\"",
+            n.clone
+        );
+        let errors = &de["status"]["subsetsStatus"][format!("{ns}/reviews")]["subsetErrors"];
+        assert_eq!(errors["virtualServices"][0]["error"], error, "{errors}");
+        assert!(errors["virtualServices"][0]["lastOccurrence"].is_string());
+        let ready = condition(&de, "Ready").unwrap();
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "Degraded");
+        assert!(ready["message"].as_str().unwrap().contains(&error), "{ready}");
+
+        // Fixed: the VirtualService appears; the error leaves the status.
+        create(&client, &ns, virtual_service("reviews")).await;
+        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        let entry = &de["status"]["subsetsStatus"][format!("{ns}/reviews")];
+        assert!(entry.get("subsetErrors").is_none(), "{entry}");
+        assert_eq!(
+            vs_http(&client, &ns, "reviews").await,
+            expected_routes("reviews", &n, "jason")
+        );
+
+        // A DynamicEnv whose router fails (output over its limit, failurePolicy Fail):
+        // degraded with the plugin's error, its VirtualService untouched; the other one stays
+        // ready.
+        create(&client, &ns, virtual_service("details")).await;
+        let mut de = dynamic_env("tiny-user", &ns, "mike", REVIEWS_V3, false);
+        de["spec"]["plugin"] = json!("tiny");
+        // Three matches: six copies, well over 1 KiB of routes.
+        de["spec"]["istioMatches"] = json!([
+            {"headers": {"end-user": {"exact": "mike"}}},
+            {"headers": {"x-team": {"prefix": "payments-"}}},
+            {"sourceLabels": {"app": "productpage", "track": "canary"}}
+        ]);
+        de["spec"]["subsets"][0]["name"] = json!("details");
+        de["spec"]["subsets"][0]["containers"][0]["containerName"] = json!("details");
+        create(&client, &ns, de).await;
+        let de = wait_state(&client, &ns, "tiny-user", "degraded", TIMEOUT).await;
+        let t = names_of(&ns, "tiny-user", "details");
+        let entry = &de["status"]["subsetsStatus"][format!("{ns}/details")];
+        let e = entry["subsetErrors"]["virtualServices"][0]["error"]
+            .as_str()
+            .unwrap();
+        assert!(
+            e.starts_with(&format!(
+                "error updating virtual service {ns}/details for subset ({}): plugin \"tiny\" (routing): output of",
+                t.clone
+            )) && e.ends_with("exceeds 1 KiB (limits.maxOutputKiB)"),
+            "{e}"
+        );
+        assert_eq!(entry["virtualServices"][0]["status"], "failed");
+        assert_eq!(vs_http(&client, &ns, "details").await, http_routes("details"));
+        assert!(
+            events(&client, &ns, "tiny-user")
+                .await
+                .iter()
+                .any(|(r, _)| r == "RouterFailed")
+        );
+        assert_eq!(
+            wasmop_tests::routing::state(&client, &ns, "jason").await.as_deref(),
+            Some("ready")
+        );
+    })
+    .await;
+}

@@ -1,0 +1,450 @@
+//! E2E: the ElasticService controller on the local control plane, under the operator's RBAC,
+//! with a real Prometheus on loopback scraping a test exporter and the default scaler plugin
+//! granted its address. Resolver pods are kwok pods labelled as the resolver's; the test plays
+//! the resolver by setting the demand annotation.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use wasmop_api::elasticservice::ElasticService;
+use wasmop_api::names::{private_service_name, resolver_slice_name};
+use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
+use wasmop_tests::{
+    Operator, create_in, deployment_replicas, eventually, kubectl_ok, repo_root, wait_until,
+    with_temp_ns,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(40);
+const RESOLVER_LABEL: &str = "app.kubernetes.io/name";
+const RESOLVER_NAME: &str = "wasmop-resolver";
+
+fn pod_template(app: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": app}},
+        "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+    })
+}
+
+/// A Deployment `name` with `replicas` pods labelled `app=name`.
+async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32) {
+    create_in::<Deployment>(
+        client,
+        ns,
+        json!({"metadata": {"name": name},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                        "template": pod_template(name)}}),
+    )
+    .await;
+}
+
+/// A Service `name` selecting `app=name` with two ports.
+async fn service(client: &Client, ns: &str, name: &str) {
+    create_in::<Service>(
+        client,
+        ns,
+        json!({"metadata": {"name": name},
+               "spec": {"selector": {"app": name},
+                        "ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                                  {"name": "admin", "port": 9090, "targetPort": 9090}]}}),
+    )
+    .await;
+}
+
+/// Fake resolver pods: a Deployment whose kwok pods carry the resolver's label.
+async fn resolver_pods(client: &Client, ns: &str, replicas: i32) {
+    let mut template = pod_template("fake-resolver");
+    template["metadata"]["labels"][RESOLVER_LABEL] = RESOLVER_NAME.into();
+    create_in::<Deployment>(
+        client,
+        ns,
+        json!({"metadata": {"name": "fake-resolver"},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "fake-resolver"}},
+                        "template": template}}),
+    )
+    .await;
+}
+
+async fn scale_deployment(client: &Client, ns: &str, name: &str, replicas: i32) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    api.patch_scale(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .expect("scale");
+}
+
+/// The IPs of the ready pods labelled `app=app`, sorted.
+async fn ready_pod_ips(client: &Client, ns: &str, app: &str) -> Vec<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let mut ips: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.status?.pod_ip)
+        .collect();
+    ips.sort();
+    ips
+}
+
+fn es_spec(service: &str, kind: &str, api_version: &str, target: &str) -> Value {
+    json!({
+        "service": service,
+        "scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": target},
+    })
+}
+
+async fn elastic_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> Api<ElasticService> {
+    create_in::<ElasticService>(
+        client,
+        ns,
+        json!({"apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
+               "metadata": {"name": name}, "spec": spec}),
+    )
+    .await;
+    Api::namespaced(client.clone(), ns)
+}
+
+fn mode(es: &ElasticService) -> Option<&str> {
+    es.status.as_ref()?.mode.as_deref()
+}
+
+fn is_mode(want: &'static str) -> impl Fn(Option<&ElasticService>) -> bool {
+    move |es| es.and_then(mode) == Some(want)
+}
+
+/// The notes of the Events about `name` with `reason`.
+async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .expect("list Events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+async fn event_with(client: &Client, ns: &str, name: &str, reason: &str, text: &str) -> String {
+    eventually(
+        &format!("an Event {reason} about {name} containing {text:?}"),
+        TIMEOUT,
+        async || {
+            events(client, ns, name, reason)
+                .await
+                .into_iter()
+                .find(|n| n.contains(text))
+        },
+    )
+    .await
+}
+
+/// The resolver slice of `service`: (endpoint IPs with ready true, ports as (name, port)).
+async fn resolver_slice(
+    client: &Client,
+    ns: &str,
+    service: &str,
+) -> Option<(Vec<String>, Vec<(String, i32)>)> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let slice = api.get_opt(&resolver_slice_name(service)).await.ok()??;
+    assert_eq!(
+        slice
+            .labels()
+            .get("kubernetes.io/service-name")
+            .map(String::as_str),
+        Some(service)
+    );
+    assert_eq!(
+        slice
+            .labels()
+            .get("endpointslice.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("wasmop.dev")
+    );
+    let mut ips = vec![];
+    for e in slice.endpoints.iter().flatten() {
+        assert_eq!(
+            e.conditions.as_ref().and_then(|c| c.ready),
+            Some(true),
+            "every resolver endpoint carries ready: true"
+        );
+        ips.extend(e.addresses.iter().cloned());
+    }
+    ips.sort();
+    let ports = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap_or_default(), p.port.unwrap_or(0)))
+        .collect();
+    Some((ips, ports))
+}
+
+fn install_fixture_crds() {
+    let dir = repo_root().join("tests/fixtures/crds");
+    let dir = dir.to_str().expect("a UTF-8 path");
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=wasmop-e2e",
+        "-f",
+        dir,
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "-f",
+        dir,
+    ]);
+}
+
+fn dynamic(client: &Client, ns: &str, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural);
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn annotations(
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> std::collections::BTreeMap<String, String> {
+    api.get(name).await.expect("get").annotations().clone()
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
+    install_fixture_crds();
+    with_temp_ns("scaling-idle", |client: Client, ns: String| async move {
+        let exporter = Exporter::start();
+        exporter.set_gauge("wasmop_test_load", 0.0);
+        let prom = Prometheus::start(&exporter).await;
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": prom.registry()}})).await;
+        resolver_pods(&client, &ns, 2).await;
+        deployment(&client, &ns, "web", 1).await;
+        service(&client, &ns, "web").await;
+        let keda = dynamic(&client, &ns, "keda.sh", "ScaledObject", "scaledobjects");
+        keda.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                "metadata": {"name": "web", "annotations": {"team": "shop"}}, "spec": {"scaleTargetRef": {"name": "web"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
+
+        let mut spec = es_spec("web", "Deployment", "apps/v1", "web");
+        spec["cooldownPeriod"] = 5.into();
+        spec["autoscaler"] = json!({"type": "keda", "name": "web"});
+        spec["triggers"] = json!([{"type": "prometheus", "metadata": {
+            "query": "sum(wasmop_test_load)", "serverAddress": prom.url(), "threshold": "1",
+            "uptimeFilter": format!("job=\"{EXPORTER_JOB}\"")}}]);
+        let es_api = elastic_service(&client, &ns, "web", spec).await;
+
+        // Idle: all triggers vote down, the cooldown since creation passes, the target goes to 0.
+        let es = wait_until(&es_api, "web", TIMEOUT, "mode proxy", is_mode("proxy")).await;
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 0);
+        let status = es.status.clone().unwrap();
+        assert_eq!(status.private_service.as_deref(), Some(private_service_name("web").as_str()));
+        let vote = &status.trigger_votes[0];
+        assert_eq!((vote.vote.as_str(), vote.value), ("down", Some(0.0)), "{vote:?}");
+        assert!(es.finalizers().contains(&"wasmop.dev/elasticservice-cleanup".to_owned()));
+        event_with(&client, &ns, "web", "ScaledDown", "all 1 triggers vote down").await;
+        event_with(&client, &ns, "web", "SwitchedToProxy", "to the resolver").await;
+        let paused = annotations(&keda, "web").await;
+        assert_eq!(paused.get("autoscaling.keda.sh/paused").map(String::as_str), Some("true"));
+        assert_eq!(paused.get("autoscaling.keda.sh/paused-replicas").map(String::as_str), Some("0"));
+        assert_eq!(paused.get("team").map(String::as_str), Some("shop"), "other annotations kept");
+
+        // Proxy mode: the public Service's traffic goes to both resolver pods on every port,
+        // and the private Service mirrors the public one.
+        let resolvers = ready_pod_ips(&client, &ns, "fake-resolver").await;
+        assert_eq!(resolvers.len(), 2);
+        let (ips, ports) = eventually("the resolver slice", TIMEOUT, async || {
+            resolver_slice(&client, &ns, "web").await.filter(|(ips, _)| *ips == resolvers)
+        })
+        .await;
+        assert_eq!(ips, resolvers);
+        assert_eq!(ports, vec![("http".to_owned(), 8012), ("admin".to_owned(), 8012)]);
+        let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+        let private = services.get(&private_service_name("web")).await.unwrap();
+        let pspec = private.spec.unwrap();
+        assert_eq!(pspec.selector, Some([("app".to_owned(), "web".to_owned())].into()));
+        assert_eq!(pspec.ports.unwrap().len(), 2);
+        let public = services.get("web").await.unwrap();
+        assert_eq!(
+            public.spec.unwrap().selector,
+            Some([("app".to_owned(), "web".to_owned())].into()),
+            "the public Service is left alone"
+        );
+
+        // Demand: the resolver holds a request and sets the annotation; the target scales up,
+        // its pod becomes Ready and the Service serves again.
+        let demand = k8s_openapi::jiff::Timestamp::now();
+        es_api
+            .patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {
+                "wasmop.dev/demand": format!("{demand:.0}")}}})))
+            .await
+            .unwrap();
+        event_with(&client, &ns, "web", "ScaledUp", "request held by the resolver").await;
+        let es = wait_until(&es_api, "web", TIMEOUT, "mode serve", is_mode("serve")).await;
+        let last_up = es.status.unwrap().last_scaled_up_time.expect("lastScaledUpTime").0;
+        assert!(last_up.as_second() >= demand.as_second(), "{last_up} >= {demand}");
+        assert!(resolver_slice(&client, &ns, "web").await.is_none(), "the resolver slice is gone in serve mode");
+        let resumed = annotations(&keda, "web").await;
+        assert_eq!(resumed.get("autoscaling.keda.sh/paused").map(String::as_str), Some("false"));
+        assert!(!resumed.contains_key("autoscaling.keda.sh/paused-replicas"));
+        event_with(&client, &ns, "web", "SwitchedToServe", "ready pods").await;
+
+        // A newer demand while the workload already wants its replicas scales nothing but is
+        // noted (and counts as activity).
+        let later = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(2);
+        es_api
+            .patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {
+                "wasmop.dev/demand": format!("{later:.0}")}}})))
+            .await
+            .unwrap();
+        event_with(&client, &ns, "web", "ScaledUp", "already wants 1 replicas").await;
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 1);
+
+        // Still idle: after the cooldown since that activity it goes to zero again; then the
+        // load rises and the trigger alone brings it back.
+        wait_until(&es_api, "web", TIMEOUT, "mode proxy again", is_mode("proxy")).await;
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 0);
+        exporter.set_gauge("wasmop_test_load", 5.0);
+        event_with(&client, &ns, "web", "ScaledUp", "trigger 0 (prometheus) votes up: value 5").await;
+        wait_until(&es_api, "web", TIMEOUT, "serving under load", is_mode("serve")).await;
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn resolver_pods_coming_and_going_rebuild_the_slices() {
+    with_temp_ns("scaling-slices", |client: Client, ns: String| async move {
+        resolver_pods(&client, &ns, 2).await;
+        // A StatefulSet at zero: proxy mode at once, no trigger needed.
+        create_in::<StatefulSet>(
+            &client,
+            &ns,
+            json!({"metadata": {"name": "db"},
+                   "spec": {"replicas": 0, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                            "template": pod_template("db")}}),
+        )
+        .await;
+        service(&client, &ns, "db").await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
+        let es_api = elastic_service(&client, &ns, "db", es_spec("db", "StatefulSet", "apps/v1", "db")).await;
+        wait_until(&es_api, "db", TIMEOUT, "mode proxy", is_mode("proxy")).await;
+
+        for count in [3, 1, 0, 2] {
+            scale_deployment(&client, &ns, "fake-resolver", count).await;
+            let (ips, ports) = eventually(
+                &format!("the slice to follow {count} resolver pods"),
+                TIMEOUT,
+                async || {
+                    let ready = ready_pod_ips(&client, &ns, "fake-resolver").await;
+                    if ready.len() != count as usize {
+                        return None;
+                    }
+                    resolver_slice(&client, &ns, "db").await.filter(|(ips, _)| *ips == ready)
+                },
+            )
+            .await;
+            assert_eq!(ips.len(), count as usize);
+            assert_eq!(ports, vec![("http".to_owned(), 8012), ("admin".to_owned(), 8012)]);
+            if count == 0 {
+                let c = eventually("Ready=False without resolver pods", TIMEOUT, async || {
+                    let es = es_api.get("db").await.ok()?;
+                    es.status?.conditions.into_iter().find(|c| c.type_ == "Ready" && c.status == "False")
+                })
+                .await;
+                assert!(c.message.contains("no ready resolver pod"), "{}", c.message);
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn deletion_restores_replicas_and_removes_everything() {
+    install_fixture_crds();
+    with_temp_ns("scaling-delete", |client: Client, ns: String| async move {
+        resolver_pods(&client, &ns, 1).await;
+        deployment(&client, &ns, "web", 0).await;
+        service(&client, &ns, "web").await;
+        let rollouts = dynamic(&client, &ns, "argoproj.io", "Rollout", "rollouts");
+        rollouts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                    "metadata": {"name": "canary"}, "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "canary"}}}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        service(&client, &ns, "canary").await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
+
+        let mut web = es_spec("web", "Deployment", "apps/v1", "web");
+        web["minTargetReplicas"] = 2.into();
+        let es_api = elastic_service(&client, &ns, "web", web).await;
+        elastic_service(&client, &ns, "canary", es_spec("canary", "Rollout", "argoproj.io/v1alpha1", "canary")).await;
+        for name in ["web", "canary"] {
+            wait_until(&es_api, name, TIMEOUT, "mode proxy", is_mode("proxy")).await;
+            eventually("the resolver slice", TIMEOUT, async || resolver_slice(&client, &ns, name).await).await;
+        }
+
+        for name in ["web", "canary"] {
+            es_api.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+        for name in ["web", "canary"] {
+            eventually(&format!("ElasticService {name} to be gone"), TIMEOUT, async || {
+                es_api.get_opt(name).await.ok()?.is_none().then_some(())
+            })
+            .await;
+        }
+        assert_eq!(deployment_replicas(&client, &ns, "web").await, 2, "restored to minTargetReplicas");
+        let canary = rollouts.get("canary").await.unwrap();
+        assert_eq!(canary.data["spec"]["replicas"], 1, "the Rollout is restored through /scale");
+        event_with(&client, &ns, "web", "ScaleRestored", "ElasticService deleted: Deployment").await;
+        let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+        for name in ["web", "canary"] {
+            assert!(slices.get_opt(&resolver_slice_name(name)).await.unwrap().is_none());
+            assert!(services.get_opt(&private_service_name(name)).await.unwrap().is_none());
+            assert!(services.get_opt(name).await.unwrap().is_some(), "the public Service stays");
+        }
+    })
+    .await;
+}

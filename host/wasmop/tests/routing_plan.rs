@@ -1,0 +1,594 @@
+//! Golden tests of the routing plan (`wasmop_controllers::routing::plan`) on the YAML fixtures of
+//! `tests/fixtures/routing/<case>/input/`, planned with the builtin `routing-istio` component;
+//! the expected IR, objects and status are `tests/fixtures/routing/<case>/plan.yaml`.
+//! `WASMOP_BLESS=1 cargo test -p wasmop --test routing_plan` rewrites them; otherwise any
+//! difference fails with a diff.
+//!
+//! Beyond the golden files: the native library and the component plan the same; `wasmop plan`
+//! prints exactly the golden file; every plan, once applied, converges (planning again writes
+//! nothing); deleting a DynamicEnv restores every VirtualService exactly; and each
+//! better-than-upstream point has its own assertions.
+
+#[path = "common/native_router.rs"]
+mod native_router;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use wasmop_api::dynamicenv::DynamicEnvStatus;
+use wasmop_controllers::routing::istio::{DestinationRule, VirtualService};
+use wasmop_controllers::routing::plan::{Plan, Write, removal_snapshot};
+use wasmop_controllers::routing::{
+    OutputFormat, PlanConfig, Router, Snapshot, WasmRouter, names, plan,
+};
+use wasmop_plugin_host::registry::{LocalFetch, Registry, RegistryConfig};
+use wasmop_plugin_host::{FailurePolicy, Hook, PluginRuntime, RouteRequest, RuntimeOptions};
+
+fn fixtures() -> PathBuf {
+    wasmop_tests::repo_root().join("tests/fixtures/routing")
+}
+
+fn cases() -> Vec<PathBuf> {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .expect("tests/fixtures/routing")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("input").is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 13, "the fixture cases are there");
+    cases
+}
+
+/// The builtin routing component, loaded as the operator loads it.
+async fn wasm() -> Arc<dyn Router> {
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 2,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let registry = Registry::new(runtime);
+    let report = registry
+        .apply(RegistryConfig::default(), &LocalFetch::default())
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    Arc::new(WasmRouter(registry.resolve(Hook::Routing, None).unwrap()))
+}
+
+/// The same logic as a native library.
+fn native() -> Arc<dyn Router> {
+    Arc::new(native_router::Native::default())
+}
+
+fn read(case: &Path) -> Snapshot {
+    Snapshot::read_dir(&case.join("input")).unwrap().0
+}
+
+#[tokio::test]
+async fn plans_match_the_golden_files() {
+    let router = wasm().await;
+    let bless = std::env::var_os("WASMOP_BLESS").is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for case in cases() {
+        let out = wasmop_controllers::routing::plan_dir(
+            &case.join("input"),
+            &router,
+            &PlanConfig::default(),
+            OutputFormat::Yaml,
+        )
+        .await
+        .unwrap();
+        let golden = case.join("plan.yaml");
+        if bless {
+            std::fs::write(&golden, &out).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&golden).unwrap_or_default();
+        if want != out {
+            let name = case.file_name().unwrap().to_string_lossy().into_owned();
+            let diff: Vec<String> = diff_lines(&want, &out);
+            stale.push(format!("{name}:\n{}", diff.join("\n")));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "plans differ from the golden files (WASMOP_BLESS=1 rewrites them):\n{}",
+        stale.join("\n\n")
+    );
+}
+
+/// The first differing lines of two texts, `-` expected and `+` got.
+fn diff_lines(want: &str, got: &str) -> Vec<String> {
+    let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
+    let first = w
+        .iter()
+        .zip(&g)
+        .position(|(a, b)| a != b)
+        .unwrap_or(w.len().min(g.len()));
+    let mut out = vec![format!("first difference at line {}", first + 1)];
+    out.extend(w.iter().skip(first).take(8).map(|l| format!("-{l}")));
+    out.extend(g.iter().skip(first).take(8).map(|l| format!("+{l}")));
+    out
+}
+
+#[tokio::test]
+async fn the_native_library_and_the_component_plan_the_same() {
+    let router = wasm().await;
+    for case in cases() {
+        let cfg = PlanConfig::default();
+        let dir = case.join("input");
+        let a = wasmop_controllers::routing::plan_dir(&dir, &router, &cfg, OutputFormat::Json)
+            .await
+            .unwrap();
+        let b = wasmop_controllers::routing::plan_dir(&dir, &native(), &cfg, OutputFormat::Json)
+            .await
+            .unwrap();
+        assert_eq!(a, b, "{}", case.display());
+    }
+}
+
+#[test]
+fn wasmop_plan_prints_the_golden_file() {
+    for case in ["delegates", "add-remove-subsets"] {
+        let dir = fixtures().join(case);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"))
+            .args(["plan", "-f"])
+            .arg(dir.join("input"))
+            .env("WASMOP_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = std::fs::read_to_string(dir.join("plan.yaml")).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{case}");
+        let json = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"))
+            .args(["plan", "-o", "json", "-f"])
+            .arg(dir.join("input"))
+            .output()
+            .unwrap();
+        let a: Value = serde_json::from_slice(&json.stdout).unwrap();
+        let b: Value = serde_yaml::from_str(&want).unwrap();
+        assert_eq!(a, b, "-o json prints the same plan");
+    }
+}
+
+/// Makes the writes of `plan` on `snapshot`, as the API server would (clones roll out at
+/// once), and records the planned status on the DynamicEnvs.
+fn apply(snapshot: &mut Snapshot, plan: &Plan) {
+    for w in &plan.writes {
+        match w {
+            Write::Apply { object, .. } => {
+                let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+                let ns = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+                if object["kind"] == "Deployment" {
+                    let mut o = object.clone();
+                    o["metadata"]["generation"] = json!(1);
+                    o["status"] = json!({"observedGeneration": 1, "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable", "lastUpdateTime": "2026-01-01T00:00:00Z"}]});
+                    let d: Deployment = serde_json::from_value(o).unwrap();
+                    snapshot.deployments.retain(|x| {
+                        !(x.name_any() == name && x.namespace().as_deref() == Some(&ns))
+                    });
+                    snapshot.deployments.push(Arc::new(d));
+                } else {
+                    let d: DestinationRule = serde_json::from_value(object.clone()).unwrap();
+                    snapshot.destination_rules.retain(|x| {
+                        !(x.name_any() == name && x.namespace().as_deref() == Some(&ns))
+                    });
+                    snapshot.destination_rules.push(Arc::new(d));
+                }
+            }
+            Write::Routes {
+                namespace,
+                name,
+                http,
+                ..
+            } => {
+                for vs in &mut snapshot.virtual_services {
+                    if vs.name_any() == *name && vs.namespace().as_deref() == Some(namespace) {
+                        let mut v = VirtualService::clone(vs);
+                        v.spec.http = Some(http.clone());
+                        *vs = Arc::new(v);
+                    }
+                }
+            }
+            Write::Delete {
+                kind,
+                namespace,
+                name,
+                ..
+            } => {
+                let gone =
+                    |n: String, ns: Option<String>| n == *name && ns.as_ref() == Some(namespace);
+                if kind == "Deployment" {
+                    snapshot
+                        .deployments
+                        .retain(|x| !gone(x.name_any(), x.namespace()));
+                } else {
+                    snapshot
+                        .destination_rules
+                        .retain(|x| !gone(x.name_any(), x.namespace()));
+                }
+            }
+        }
+    }
+    for de in &mut snapshot.dynamic_envs {
+        let key = format!("{}/{}", de.namespace().unwrap(), de.name_any());
+        let mut d = wasmop_api::dynamicenv::DynamicEnv::clone(de);
+        d.status = plan.status.get(&key).cloned();
+        *de = Arc::new(d);
+    }
+}
+
+#[tokio::test]
+async fn an_applied_plan_converges() {
+    let router = native();
+    let cfg = PlanConfig::default();
+    for case in cases() {
+        let mut s = read(&case);
+        let first = plan(&s, &router, &cfg).await;
+        apply(&mut s, &first);
+        let second = plan(&s, &router, &cfg).await;
+        // Removed subsets take one more round (their objects are gone now).
+        apply(&mut s, &second);
+        let third = plan(&s, &router, &cfg).await;
+        assert!(
+            third.writes.is_empty(),
+            "{}: planning again still writes {:#?}",
+            case.display(),
+            third.writes
+        );
+    }
+}
+
+/// The VirtualServices of a snapshot as (namespace/name, spec.http).
+fn routes(s: &Snapshot) -> Vec<(String, Value)> {
+    s.virtual_services
+        .iter()
+        .map(|v| {
+            (
+                format!("{}/{}", v.namespace().unwrap(), v.name_any()),
+                json!(v.spec.http),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn deleting_a_dynamic_env_restores_every_virtual_service_exactly() {
+    let router = native();
+    let cfg = PlanConfig::default();
+    for case in cases() {
+        let original = read(&case);
+        let mut s = original.clone();
+        let made = plan(&s, &router, &cfg).await;
+        apply(&mut s, &made);
+        for de in original.dynamic_envs.clone() {
+            let removal = plan(&removal_snapshot(&s, &de), &router, &cfg).await;
+            assert!(
+                !removal
+                    .writes
+                    .iter()
+                    .any(|w| matches!(w, Write::Apply { .. })),
+                "removal applies nothing"
+            );
+            apply(&mut s, &removal);
+        }
+        // Every VirtualService is as it was before any DynamicEnv, less the routes the
+        // fixture's earlier state had made.
+        let strip = |list: Vec<(String, Value)>| -> Vec<(String, Value)> {
+            list.into_iter()
+                .map(|(k, http)| {
+                    let kept: Vec<Value> = http
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|r| !r["name"].as_str().is_some_and(names::is_dynamic_env_route))
+                        .cloned()
+                        .collect();
+                    (
+                        k,
+                        if http.is_null() {
+                            Value::Null
+                        } else {
+                            json!(kept)
+                        },
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(routes(&s), strip(routes(&original)), "{}", case.display());
+        let owned = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            wasmop_controllers::routing::clone::owner(meta).is_some()
+        };
+        assert!(
+            !s.deployments.iter().any(|d| owned(&d.metadata))
+                && !s.destination_rules.iter().any(|d| owned(&d.metadata)),
+            "{}: nothing made by a DynamicEnv is left",
+            case.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn dynamic_envs_whose_names_prefix_each_other_never_touch_each_others_routes() {
+    let router = native();
+    let cfg = PlanConfig::default();
+    let original = read(&fixtures().join("names-prefixing-each-other"));
+    let mut s = original.clone();
+    let made = plan(&s, &router, &cfg).await;
+    apply(&mut s, &made);
+    let http = |s: &Snapshot| s.virtual_services[0].spec.http.clone().unwrap();
+    let both = http(&s);
+    let token = |name: &str| names::route_token("bookinfo", name);
+    let of = |list: &[Value], name: &str| -> Vec<Value> {
+        list.iter()
+            .filter(|r| r["name"].as_str().unwrap().starts_with(&token(name)))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(of(&both, "sample").len(), 1);
+    assert_eq!(of(&both, "sample-2").len(), 1);
+    // Reconciling `sample` again leaves sample-2's route as it is, and the other way round.
+    for (i, name) in ["sample", "sample-2"].iter().enumerate() {
+        let mut one = s.clone();
+        one.dynamic_envs = vec![s.dynamic_envs[i].clone()];
+        let again = plan(&one, &router, &cfg).await;
+        assert!(again.writes.is_empty(), "{name}: {:?}", again.writes);
+    }
+    // Deleting `sample` strips its route only.
+    let sample = s.dynamic_envs[0].clone();
+    assert_eq!(sample.name_any(), "sample");
+    let removal = plan(&removal_snapshot(&s, &sample), &router, &cfg).await;
+    apply(&mut s, &removal);
+    let left = http(&s);
+    assert!(of(&left, "sample").is_empty());
+    assert_eq!(of(&left, "sample-2"), of(&both, "sample-2"));
+    assert_eq!(left.len(), 2, "sample-2's copy and the default route");
+}
+
+fn status_of(plan: &Plan, de: &str) -> DynamicEnvStatus {
+    plan.status[de].clone()
+}
+
+#[tokio::test]
+async fn routes_and_clones_are_resynced_and_fixed_errors_leave_the_status() {
+    let s = read(&fixtures().join("resync-and-errors-cleared"));
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    let status = status_of(&p, "bookinfo/jason");
+    let entry = &status.subsets_status["bookinfo/reviews"];
+    assert!(
+        entry.subset_errors.is_none(),
+        "the old error is gone: {entry:?}"
+    );
+    assert_eq!(entry.deployment.status, "updating", "the base changed");
+    let clone = p
+        .writes
+        .iter()
+        .find_map(|w| match w {
+            Write::Apply { object, .. } if object["kind"] == "Deployment" => Some(object),
+            _ => None,
+        })
+        .expect("the clone is applied again");
+    assert_eq!(
+        clone["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"],
+        "ADDED_TO_THE_BASE"
+    );
+    let http = p
+        .writes
+        .iter()
+        .find_map(|w| match w {
+            Write::Routes { http, .. } => Some(http),
+            _ => None,
+        })
+        .expect("the routes are rewritten");
+    let copy = &http[0];
+    assert!(names::is_dynamic_env_route(copy["name"].as_str().unwrap()));
+    assert_eq!(
+        copy["timeout"], "10s",
+        "the copy follows the new default route"
+    );
+    assert_eq!(
+        copy["route"][0]["destination"]["host"],
+        "reviews.bookinfo.svc.cluster.local"
+    );
+}
+
+#[tokio::test]
+async fn destination_rule_traffic_policies_are_kept() {
+    let p = plan(
+        &read(&fixtures().join("simple")),
+        &native(),
+        &PlanConfig::default(),
+    )
+    .await;
+    let dr = p
+        .writes
+        .iter()
+        .find_map(|w| match w {
+            Write::Apply { object, .. } if object["kind"] == "DestinationRule" => Some(object),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        dr["spec"]["trafficPolicy"],
+        json!({"tls": {"mode": "ISTIO_MUTUAL"}})
+    );
+    assert_eq!(
+        dr["spec"]["subsets"][0]["trafficPolicy"],
+        json!({"loadBalancer": {"simple": "LEAST_REQUEST"}})
+    );
+}
+
+#[tokio::test]
+async fn a_service_with_an_empty_selector_matches_nothing() {
+    let p = plan(
+        &read(&fixtures().join("empty-selector-and-missing-base")),
+        &native(),
+        &PlanConfig::default(),
+    )
+    .await;
+    let status = status_of(&p, "bookinfo/jason");
+    let reviews = &status.subsets_status["bookinfo/reviews"];
+    let hosts: Vec<&str> = reviews
+        .destination_rules
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(hosts.len(), 1, "{hosts:?}");
+    assert!(hosts[0].contains("-reviews-"), "{hosts:?}");
+    assert!(
+        !p.writes.iter().any(|w| w.key().contains("everything")),
+        "nothing is written for the Service with the empty selector"
+    );
+    let ratings = &status.subsets_status["bookinfo/ratings"];
+    assert_eq!(
+        ratings.subset_errors.as_ref().unwrap().deployment[0].error,
+        "couldn't find the deployment we need to override (name: ratings, ns: bookinfo), Deployment.apps \"ratings\" not found"
+    );
+}
+
+#[tokio::test]
+async fn every_generated_name_is_a_dns_label_of_at_most_63_characters() {
+    let mut s = read(&fixtures().join("simple"));
+    // A DynamicEnv name of 253 characters in a namespace of 63.
+    let long_ns = "n".repeat(63);
+    let text = serde_yaml::to_string(&*s.dynamic_envs[0]).unwrap();
+    let mut de: Value = serde_yaml::from_str(&text).unwrap();
+    de["metadata"]["name"] = json!("d".repeat(253));
+    de["metadata"]["namespace"] = json!(long_ns);
+    s.dynamic_envs = vec![Arc::new(serde_json::from_value(de).unwrap())];
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    let mut names_seen = BTreeSet::new();
+    for w in &p.writes {
+        if let Write::Apply { object, .. } = w {
+            let name = object["metadata"]["name"].as_str().unwrap();
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name}"
+            );
+            names_seen.insert(name.to_owned());
+            let version = object["metadata"]["labels"]["version"].as_str().unwrap();
+            assert!(version.len() <= 63, "label value {version}");
+        }
+    }
+    assert_eq!(names_seen.len(), 2, "a clone and a DestinationRule");
+}
+
+/// A router that fails every call.
+struct Failing(FailurePolicy);
+
+#[async_trait::async_trait]
+impl Router for Failing {
+    fn name(&self) -> &str {
+        "broken"
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        self.0
+    }
+    async fn route(&self, _: RouteRequest) -> Result<Vec<Value>, String> {
+        Err("plugin \"broken\" (routing): trapped: unreachable".into())
+    }
+}
+
+/// A router that also renames a route it does not own.
+struct Meddling;
+
+#[async_trait::async_trait]
+impl Router for Meddling {
+    fn name(&self) -> &str {
+        "meddling"
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Fail
+    }
+    async fn route(&self, r: RouteRequest) -> Result<Vec<Value>, String> {
+        let mut out = native_router::Native::default().route(r).await?;
+        for route in &mut out {
+            if route["name"] == "default" {
+                route["name"] = json!("renamed");
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[tokio::test]
+async fn failure_policy_fail_reports_the_error_and_ignore_leaves_the_virtual_service() {
+    let s = read(&fixtures().join("simple"));
+    let cfg = PlanConfig::default();
+    let fail = plan(
+        &s,
+        &(Arc::new(Failing(FailurePolicy::Fail)) as Arc<dyn Router>),
+        &cfg,
+    )
+    .await;
+    let status = status_of(&fail, "bookinfo/jason");
+    assert_eq!(status.state.as_deref(), Some("degraded"));
+    let entry = &status.subsets_status["bookinfo/reviews"];
+    assert_eq!(entry.virtual_services[0].status, "failed");
+    let errors = &entry.subset_errors.as_ref().unwrap().virtual_services;
+    assert_eq!(
+        errors[0].error,
+        format!(
+            "error updating virtual service bookinfo/reviews for subset ({}): plugin \"broken\" (routing): trapped: unreachable",
+            names::clone_name("bookinfo", "jason", "bookinfo", "reviews")
+        )
+    );
+    assert!(
+        !fail
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::Routes { .. }))
+    );
+    assert!(
+        fail.writes.iter().any(|w| matches!(w, Write::Apply { .. })),
+        "the clone and DestinationRule are still made"
+    );
+
+    let ignore = plan(
+        &s,
+        &(Arc::new(Failing(FailurePolicy::Ignore)) as Arc<dyn Router>),
+        &cfg,
+    )
+    .await;
+    let status = status_of(&ignore, "bookinfo/jason");
+    assert_eq!(status.state.as_deref(), Some("processing"), "not degraded");
+    let entry = &status.subsets_status["bookinfo/reviews"];
+    assert!(entry.subset_errors.is_none());
+    assert_eq!(entry.virtual_services[0].status, "failed");
+    assert!(
+        !ignore
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::Routes { .. }))
+    );
+
+    let meddled = plan(&s, &(Arc::new(Meddling) as Arc<dyn Router>), &cfg).await;
+    let status = status_of(&meddled, "bookinfo/jason");
+    let e = &status.subsets_status["bookinfo/reviews"]
+        .subset_errors
+        .as_ref()
+        .unwrap()
+        .virtual_services[0]
+        .error;
+    assert!(
+        e.contains("changed routes of VirtualService bookinfo/reviews it does not own"),
+        "{e}"
+    );
+    assert!(
+        !meddled
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::Routes { .. }))
+    );
+}
