@@ -1,29 +1,17 @@
 //! Export glue for the `state-checker` world.
 use wasmop_plugin_sdk::state_checker::wasmop::plugin::dr::{Action as A, State as S};
-use wasmop_plugin_sdk::state_checker::{
-    Guest, PluginError, PluginInfo, StateDecision, StateRequest, wasmop::plugin::types::Hook,
-};
+use wasmop_plugin_sdk::state_checker::{Guest, StateDecision, StateRequest};
+use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
 struct Plugin;
 
-fn err(message: String) -> PluginError {
-    PluginError {
-        message,
-        field: None,
-    }
-}
-
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo {
-            name: "dr-lease".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            hook: Hook::Dr,
-        }
+        PluginInfo::new("dr-lease", env!("CARGO_PKG_VERSION"), Hook::Dr)
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {
-        crate::validate_settings(&settings).map_err(err)
+        Ok(crate::validate_settings(&settings)?)
     }
 
     fn check(_settings: String, r: StateRequest) -> Result<StateDecision, PluginError> {
@@ -39,8 +27,7 @@ impl Guest for Plugin {
             failure_threshold: r.failure_threshold,
             started_at: r.started_at,
             warmup_seconds: r.warmup_seconds,
-        })
-        .map_err(err)?;
+        })?;
         Ok(StateDecision {
             state: match d.state {
                 crate::State::Active => S::Active,

@@ -1,6 +1,6 @@
 //! The default `dr` plugin: decides, once per tick, whether this instance is active or passive
 //! and which lease write it makes. The rules follow Admiral's DynamoDB state checker
-//! (reference/dr.md §1), with its boundaries made exact. The first matching row wins:
+//! (docs/dr.md), with its boundaries made exact. The first matching row wins:
 //!
 //! | # | lease read | decision |
 //! |---|---|---|

@@ -1,25 +1,17 @@
 //! Export glue for the `state-checker` world.
 use wasmop_plugin_sdk::state_checker::wasmop::plugin::dr::{Action, State};
-use wasmop_plugin_sdk::state_checker::{
-    Guest, PluginError, PluginInfo, StateDecision, StateRequest, wasmop::plugin::types::Hook,
-};
+use wasmop_plugin_sdk::state_checker::{Guest, StateDecision, StateRequest};
+use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
 struct Plugin;
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo {
-            name: "none".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            hook: Hook::Dr,
-        }
+        PluginInfo::new("none", env!("CARGO_PKG_VERSION"), Hook::Dr)
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {
-        crate::validate_settings(&settings).map_err(|message| PluginError {
-            message,
-            field: None,
-        })
+        Ok(crate::validate_settings(&settings)?)
     }
 
     fn check(_settings: String, _request: StateRequest) -> Result<StateDecision, PluginError> {

@@ -1,6 +1,6 @@
 //! The `none` state checker (`builtin://none`): for a single wasmop instance, which needs no
 //! DR. Every tick it answers active with no lease write, as Admiral's `NoOPStateChecker`
-//! (reference/dr.md §1), so the instance writes from its first tick on. The host pairs it with
+//! (docs/dr.md), so the instance writes from its first tick on. The host pairs it with
 //! the `none` backend (no lease record at all); see docs/dr.md.
 
 #[cfg(target_arch = "wasm32")]

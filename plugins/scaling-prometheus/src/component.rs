@@ -7,28 +7,27 @@ use wasip2::http::types::{
 use wasip2::io::poll;
 use wasip2::io::streams::StreamError;
 use wasmop_plugin_sdk::scaler::wasmop::plugin::scaling::Vote as V;
-use wasmop_plugin_sdk::scaler::{
-    Guest, PluginError, PluginInfo, TriggerRequest, TriggerVote, wasmop::plugin::types::Hook,
-};
+use wasmop_plugin_sdk::scaler::{Guest, TriggerRequest, TriggerVote};
+use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
 use crate::{Error, Settings, TransportError, Trigger};
 
 struct Plugin;
 
 fn plugin_error(e: Error) -> PluginError {
-    PluginError {
-        message: e.detail().to_owned(),
-        field: e.field,
+    match &e.field {
+        Some(field) => PluginError::at(field, e.detail()),
+        None => PluginError::new(e.detail()),
     }
 }
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo {
-            name: "scaling-prometheus".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            hook: Hook::Scaling,
-        }
+        PluginInfo::new(
+            "scaling-prometheus",
+            env!("CARGO_PKG_VERSION"),
+            Hook::Scaling,
+        )
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {
@@ -52,7 +51,7 @@ fn vote(settings: &str, r: &TriggerRequest) -> Result<TriggerVote, Error> {
     crate::check_health(health, &trigger.uptime_filter, r.cooldown_seconds)?;
     let value = query(&trigger, &settings, &trigger.query, "metadata.query")?;
     let vote = crate::decide(value, trigger.threshold);
-    wasmop_plugin_sdk::log!(scaler, Debug, "{}: {}", r.elastic_service, vote.reason);
+    wasmop_plugin_sdk::log!(Debug, "{}: {}", r.elastic_service, vote.reason);
     Ok(TriggerVote {
         vote: match vote.vote {
             crate::Direction::Up => V::Up,
