@@ -1,22 +1,47 @@
-//! Export glue for the `router` world.
+//! Export glue for the `router` world: WIT types in, [`crate::rewrite`] on the parsed
+//! VirtualService, its new `spec.http` out as JSON text.
 use wasmop_plugin_sdk::router::wasmop::plugin::routing as w;
-use wasmop_plugin_sdk::router::wasmop::plugin::types::Hook;
-use wasmop_plugin_sdk::router::{Guest, PluginError, PluginInfo, RouteRequest, RouteResponse};
+use wasmop_plugin_sdk::router::{Guest, RouteRequest, RouteResponse};
+use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
 struct Plugin;
 
-fn err(message: String, field: Option<&str>) -> PluginError {
-    PluginError {
-        message,
-        field: field.map(str::to_owned),
+impl Guest for Plugin {
+    fn info() -> PluginInfo {
+        PluginInfo::new("routing-istio", env!("CARGO_PKG_VERSION"), Hook::Routing)
+    }
+
+    fn validate_settings(settings: String) -> Result<(), PluginError> {
+        crate::validate_settings(&settings).map_err(|e| PluginError::at("settings", e))
+    }
+
+    fn route(settings: String, request: RouteRequest) -> Result<RouteResponse, PluginError> {
+        let settings =
+            crate::Settings::parse(&settings).map_err(|e| PluginError::at("settings", e))?;
+        let vs: serde_json::Value =
+            serde_json::from_str(&request.virtual_service).map_err(|e| {
+                PluginError::at(
+                    "request.virtual-service",
+                    format!("the VirtualService is not valid JSON: {e}"),
+                )
+            })?;
+        let http = crate::rewrite(&route_request(request), &vs, &settings)?;
+        Ok(RouteResponse {
+            http: serde_json::Value::Array(http).to_string(),
+        })
     }
 }
 
-fn string_match(v: w::StringMatch) -> crate::StringMatch {
-    match v {
-        w::StringMatch::Exact(s) => crate::StringMatch::Exact(s),
-        w::StringMatch::Prefix(s) => crate::StringMatch::Prefix(s),
-        w::StringMatch::Regex(s) => crate::StringMatch::Regex(s),
+fn route_request(r: RouteRequest) -> crate::RouteRequest {
+    crate::RouteRequest {
+        dynamic_env: r.dynamic_env,
+        unique_name: r.unique_name,
+        subset: r.subset,
+        host: r.host,
+        namespace: r.namespace,
+        default_version: r.default_version,
+        matches: r.matches.into_iter().map(istio_match).collect(),
+        route_prefix: r.route_prefix,
     }
 }
 
@@ -27,7 +52,11 @@ fn istio_match(m: w::IstioMatch) -> crate::IstioMatch {
             .into_iter()
             .map(|h| crate::HeaderMatch {
                 name: h.name,
-                value: string_match(h.value),
+                value: match h.value {
+                    w::StringMatch::Exact(s) => crate::StringMatch::Exact(s),
+                    w::StringMatch::Prefix(s) => crate::StringMatch::Prefix(s),
+                    w::StringMatch::Regex(s) => crate::StringMatch::Regex(s),
+                },
             })
             .collect(),
         source_labels: m
@@ -38,41 +67,6 @@ fn istio_match(m: w::IstioMatch) -> crate::IstioMatch {
                 value: l.value,
             })
             .collect(),
-    }
-}
-
-impl Guest for Plugin {
-    fn info() -> PluginInfo {
-        PluginInfo {
-            name: "routing-istio".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            hook: Hook::Routing,
-        }
-    }
-
-    fn validate_settings(settings: String) -> Result<(), PluginError> {
-        crate::validate_settings(&settings).map_err(|e| err(e, Some("settings")))
-    }
-
-    fn route(settings: String, request: RouteRequest) -> Result<RouteResponse, PluginError> {
-        let settings = crate::Settings::parse(&settings).map_err(|e| err(e, Some("settings")))?;
-        let req = crate::RouteRequest {
-            dynamic_env: request.dynamic_env,
-            unique_name: request.unique_name,
-            subset: request.subset,
-            host: request.host,
-            namespace: request.namespace,
-            default_version: request.default_version,
-            matches: request.matches.into_iter().map(istio_match).collect(),
-            route_prefix: request.route_prefix,
-        };
-        let http = crate::rewrite_text(&req, &request.virtual_service, &settings).map_err(|e| {
-            // Only the text itself can be invalid JSON: name the field then.
-            let not_json =
-                serde_json::from_str::<serde::de::IgnoredAny>(&request.virtual_service).is_err();
-            err(e, not_json.then_some("request.virtual-service"))
-        })?;
-        Ok(RouteResponse { http })
     }
 }
 

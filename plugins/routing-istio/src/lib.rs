@@ -21,12 +21,8 @@
 //!
 //! Running [`rewrite`] on its own output gives the same output again.
 //!
-//! The component calls [`rewrite_text`], which reads a VirtualService of the usual shape in one
-//! pass, parses only the fields these rules read and writes everything else, kept routes
-//! included, as the JSON text it had: the same routes as [`rewrite`], without building a tree
-//! of the VirtualService. Anything unusual (a field the rules rewrite of an unexpected type, a
-//! repeated key the rules read) takes a general path field by field, which gives the same
-//! routes and errors; tests check both paths against the tree version of the rules.
+//! src/component.rs is the glue to the `router` world: it parses the VirtualService, calls
+//! [`rewrite`] and answers the routes as JSON text.
 //!
 //! The destination host matches the service host `H` in namespace `NS` when it is `H.NS`,
 //! `H.NS.svc` or `H.NS.svc.cluster.local`, or the short name `H` itself. Istio reads a short name
@@ -37,10 +33,6 @@
 mod component;
 
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
-use std::io::Write as _;
-
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The response header added to every copy unless the settings name another one.
@@ -318,681 +310,6 @@ fn copy_route(
     Ok(Value::Object(copy))
 }
 
-/// Rewrites the VirtualService `vs` (API JSON) for one DynamicEnv subset and returns its
-/// complete new `spec.http`; see the module documentation for the rules. The same as
-/// [`rewrite_text`] on `vs` serialized, with the routes parsed back.
-///
-/// # Errors
-/// A message naming the VirtualService (`namespace/name`) when it has no `spec.http` array or a
-/// route to copy is malformed, or when the request's route prefix is empty or does not end
-/// with `-` (it would match routes of other subsets).
-pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Vec<Value>, String> {
-    let text = serde_json::to_string(vs).map_err(|e| e.to_string())?;
-    let http = rewrite_text(req, &text, settings)?;
-    serde_json::from_str(&http).map_err(|e| e.to_string())
-}
-
-/// [`rewrite`] on the VirtualService's JSON text, not checked yet, returning the new
-/// `spec.http` as JSON text: the component's entry point. Only what the rules read is parsed:
-/// `metadata.name` and `.namespace`, and of each route its `name` and `route`; a route with
-/// copies also has its `headers` and `match` parsed. Every other field is copied as the JSON
-/// text it had, and so is every field of a kept route. As in a parsed tree, the last value of a
-/// repeated key counts. A VirtualService of the usual shape (`metadata` an object, `spec.http`
-/// an array of objects, no repeated key among the fields the rules read) is read in one pass;
-/// any other text takes the general path, which gives the same routes and the same errors.
-///
-/// # Errors
-/// As [`rewrite`], and a message saying the text is not valid JSON.
-pub fn rewrite_text(req: &RouteRequest, vs: &str, settings: &Settings) -> Result<String, String> {
-    if let Ok(fast) = serde_json::from_str::<FastVs<'_>>(vs)
-        && let Some(result) = rewrite_fast(req, &fast, settings)
-    {
-        return result;
-    }
-    let raw: &RawValue = serde_json::from_str(vs)
-        .map_err(|e| format!("the VirtualService is not valid JSON: {e}"))?;
-    rewrite_general(req, raw, settings)
-}
-
-/// A VirtualService of the usual shape, borrowed from its JSON text (see [`rewrite_text`]).
-#[derive(Deserialize)]
-struct FastVs<'a> {
-    #[serde(borrow, default)]
-    metadata: Option<FastMeta<'a>>,
-    #[serde(borrow)]
-    spec: FastSpec<'a>,
-}
-
-#[derive(Deserialize)]
-struct FastMeta<'a> {
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct FastSpec<'a> {
-    #[serde(borrow)]
-    http: Vec<FieldList<'a>>,
-}
-
-/// The one-pass path of [`rewrite_text`]; `None` when the VirtualService has a shape it leaves
-/// to the general path (a field the rules rewrite that is not an object or array where one is
-/// expected), which then gives the same routes or the error naming the field.
-fn rewrite_fast(
-    req: &RouteRequest,
-    vs: &FastVs<'_>,
-    settings: &Settings,
-) -> Option<Result<String, String>> {
-    let meta = vs.metadata.as_ref();
-    let (name, namespace) = (
-        meta.and_then(|m| m.name.as_deref()),
-        meta.and_then(|m| m.namespace.as_deref()),
-    );
-    let id = format!("{}/{}", namespace.unwrap_or("?"), name.unwrap_or("?"));
-    if let Err(e) = check_prefix(req, &id) {
-        return Some(Err(e));
-    }
-    let vs_ns = namespace.filter(|ns| !ns.is_empty());
-    let copy = CopyText::new(req, settings);
-
-    let size: usize = vs.spec.http.iter().map(FieldList::len_hint).sum();
-    let mut out = Vec::with_capacity(size * (1 + req.matches.len()) + 2);
-    out.push(b'[');
-    let mut index = 0usize;
-    for route in &vs.spec.http {
-        if as_str(route.get("name")).is_some_and(|n| n.starts_with(&req.route_prefix)) {
-            continue;
-        }
-        let targets = default_destinations(route.get("route"), req, vs_ns)?;
-        if !targets.is_empty() && !req.matches.is_empty() {
-            write_copies(&mut out, route, &targets, req, &copy, &mut index)?;
-        }
-        push_separator(&mut out);
-        write_fields(&mut out, route.last_values());
-        out.push(b'}');
-    }
-    out.push(b']');
-    Some(Ok(
-        String::from_utf8(out).expect("JSON text and serde_json output are UTF-8")
-    ))
-}
-
-/// Object fields to set: (key, JSON text of the value).
-type SetFields = Vec<(String, Vec<u8>)>;
-
-/// The parts of every copy that depend only on the request, as JSON text, worked out once.
-struct CopyText {
-    /// `"<route prefix>`: a copy's name without its index and closing quote.
-    name_start: Vec<u8>,
-    /// The response header and `"<unique name>"`.
-    header: (String, Vec<u8>),
-    /// `"<subset>"`.
-    subset: Vec<u8>,
-    /// Per istioMatch: its headers and source labels as (key, JSON value), a repeated key
-    /// only once with its last value.
-    matches: Vec<(SetFields, SetFields)>,
-}
-
-impl CopyText {
-    fn new(req: &RouteRequest, settings: &Settings) -> Self {
-        let json = |s: &str| serde_json::to_vec(s).expect("a string serializes");
-        let mut name_start = json(&req.route_prefix);
-        name_start.pop();
-        let last_wins = |items: SetFields| -> SetFields {
-            let mut out: SetFields = Vec::with_capacity(items.len());
-            for (k, v) in items {
-                match out.iter_mut().find(|(e, _)| *e == k) {
-                    Some(slot) => slot.1 = v,
-                    None => out.push((k, v)),
-                }
-            }
-            out
-        };
-        let matches = req
-            .matches
-            .iter()
-            .map(|m| {
-                let headers = m
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        let (kind, v) = match &h.value {
-                            StringMatch::Exact(v) => ("{\"exact\":", v),
-                            StringMatch::Prefix(v) => ("{\"prefix\":", v),
-                            StringMatch::Regex(v) => ("{\"regex\":", v),
-                        };
-                        let mut text = kind.as_bytes().to_vec();
-                        text.extend_from_slice(&json(v));
-                        text.push(b'}');
-                        (h.name.clone(), text)
-                    })
-                    .collect();
-                let labels = m
-                    .source_labels
-                    .iter()
-                    .map(|l| (l.key.clone(), json(&l.value)))
-                    .collect();
-                (last_wins(headers), last_wins(labels))
-            })
-            .collect();
-        Self {
-            name_start,
-            header: (settings.response_header.clone(), json(&req.unique_name)),
-            subset: json(&req.subset),
-            matches,
-        }
-    }
-}
-
-/// A `route[]` entry to (host, default version) and the fields of its `destination`.
-struct Target<'a> {
-    entry: FieldList<'a>,
-    destination: FieldList<'a>,
-}
-
-/// The (host, default version) entries of a route's `route` list, each destination read once;
-/// empty when it has none or is not a list. `None`: an entry of another shape (left to the
-/// general path).
-fn default_destinations<'a>(
-    route: Option<&'a RawValue>,
-    req: &RouteRequest,
-    vs_ns: Option<&str>,
-) -> Option<Vec<Target<'a>>> {
-    let Some(route) = route.filter(|r| r.get().starts_with('[')) else {
-        return Some(Vec::new());
-    };
-    let entries = serde_json::from_str::<Vec<FieldList<'a>>>(route.get()).ok()?;
-    let mut targets = Vec::new();
-    for entry in entries {
-        let Some(d) = entry
-            .get("destination")
-            .filter(|d| d.get().starts_with('{'))
-        else {
-            continue;
-        };
-        let destination: FieldList<'a> = serde_json::from_str(d.get()).ok()?;
-        let field = |k: &str| as_str(destination.get(k));
-        if is_default_target(
-            field("host").as_deref(),
-            field("subset").as_deref(),
-            req,
-            vs_ns,
-        ) {
-            targets.push(Target { entry, destination });
-        }
-    }
-    Some(targets)
-}
-
-/// A JSON object's fields: absent and `null` read as no fields; `None` for another type.
-fn object_or_empty(raw: Option<&RawValue>) -> Option<FieldList<'_>> {
-    match raw {
-        None => Some(FieldList(Vec::new())),
-        Some(r) if r.get() == "null" => Some(FieldList(Vec::new())),
-        Some(r) if r.get().starts_with('{') => serde_json::from_str(r.get()).ok(),
-        Some(_) => None,
-    }
-}
-
-/// Writes one copy of `route` per istioMatch (see the module documentation) to `out`, numbered
-/// from `index` on. What does not depend on the istioMatch is worked out once.
-fn write_copies(
-    out: &mut Vec<u8>,
-    route: &FieldList<'_>,
-    targets: &[Target<'_>],
-    req: &RouteRequest,
-    copy: &CopyText,
-    index: &mut usize,
-) -> Option<()> {
-    // The fields every copy keeps, then `route` and `headers`, as they are in every copy.
-    let mut common = Vec::with_capacity(256);
-    write_fields(
-        &mut common,
-        route
-            .last_values()
-            .filter(|(k, _)| !REWRITTEN.contains(&k.as_ref()) && k.as_ref() != "delegate"),
-    );
-    if !common.is_empty() {
-        common.push(b',');
-    }
-
-    // `route`: the targets to the subset, without weights, each once.
-    common.extend_from_slice(b"\"route\":[");
-    if let [target] = targets {
-        write_destination(&mut common, target, &copy.subset);
-    } else {
-        let mut written: Vec<Value> = Vec::with_capacity(targets.len());
-        for target in targets {
-            let mut text = Vec::new();
-            write_destination(&mut text, target, &copy.subset);
-            let value: Value = serde_json::from_slice(&text).ok()?;
-            if !written.contains(&value) {
-                if !written.is_empty() {
-                    common.push(b',');
-                }
-                common.extend_from_slice(&text);
-                written.push(value);
-            }
-        }
-    }
-    common.push(b']');
-
-    // `headers`: the route's, with the response header naming the clone.
-    let headers = object_or_empty(route.get("headers"))?;
-    let response = object_or_empty(headers.get("response"))?;
-    let add = object_or_empty(response.get("add"))?;
-    common.extend_from_slice(b",\"headers\":{");
-    let mut n = 0;
-    for (k, v) in headers
-        .last_values()
-        .filter(|(k, _)| k.as_ref() != "response")
-    {
-        comma(&mut common, &mut n);
-        write_field(&mut common, k, v.get());
-    }
-    comma(&mut common, &mut n);
-    common.extend_from_slice(b"\"response\":{");
-    let mut r = 0;
-    for (k, v) in response.last_values().filter(|(k, _)| k.as_ref() != "add") {
-        comma(&mut common, &mut r);
-        write_field(&mut common, k, v.get());
-    }
-    comma(&mut common, &mut r);
-    common.extend_from_slice(b"\"add\":");
-    write_merged(&mut common, &add, std::slice::from_ref(&copy.header));
-    common.extend_from_slice(b"}}");
-
-    // `match`: its entries, each extended per istioMatch below; one empty entry if none.
-    let entries: Vec<FieldList<'_>> = match route.get("match") {
-        None => Vec::new(),
-        Some(m) if m.get() == "null" => Vec::new(),
-        Some(m) => serde_json::from_str(m.get()).ok()?,
-    };
-    let empty = [FieldList(Vec::new())];
-    let entries: &[FieldList<'_>] = if entries.is_empty() { &empty } else { &entries };
-    let objects = |key: &str| -> Option<Vec<FieldList<'_>>> {
-        entries
-            .iter()
-            .map(|e| object_or_empty(e.get(key)))
-            .collect()
-    };
-    let (entry_headers, entry_labels) = (objects("headers")?, objects("sourceLabels")?);
-
-    for (m, (headers, labels)) in req.matches.iter().zip(&copy.matches) {
-        push_separator(out);
-        out.extend_from_slice(&common);
-        out.extend_from_slice(b",\"name\":");
-        out.extend_from_slice(&copy.name_start);
-        write!(out, "{index}").expect("writing to a Vec cannot fail");
-        out.push(b'"');
-        *index += 1;
-        out.extend_from_slice(b",\"match\":[");
-        for (e, entry) in entries.iter().enumerate() {
-            if e > 0 {
-                out.push(b',');
-            }
-            out.push(b'{');
-            let mut fields = 0usize;
-            for (k, v) in entry.last_values() {
-                let replaced = (k.as_ref() == "headers" && !m.headers.is_empty())
-                    || (k.as_ref() == "sourceLabels" && !m.source_labels.is_empty());
-                if !replaced {
-                    comma(out, &mut fields);
-                    write_field(out, k, v.get());
-                }
-            }
-            for (key, own, added) in [
-                ("headers", &entry_headers[e], headers),
-                ("sourceLabels", &entry_labels[e], labels),
-            ] {
-                if added.is_empty() {
-                    continue;
-                }
-                comma(out, &mut fields);
-                out.push(b'"');
-                out.extend_from_slice(key.as_bytes());
-                out.extend_from_slice(b"\":");
-                write_merged(out, own, added);
-            }
-            out.push(b'}');
-        }
-        out.extend_from_slice(b"]}");
-    }
-    Some(())
-}
-
-/// Writes a `route[]` entry sent to the subset: without `weight`, `destination.subset` set.
-fn write_destination(out: &mut Vec<u8>, target: &Target<'_>, subset: &[u8]) {
-    out.push(b'{');
-    let mut n = 0;
-    for (k, v) in target.entry.last_values() {
-        match k.as_ref() {
-            "weight" => {}
-            "destination" => {
-                comma(out, &mut n);
-                write_key(out, k);
-                out.extend_from_slice(b":{");
-                let mut d = 0;
-                for (k, v) in target
-                    .destination
-                    .last_values()
-                    .filter(|(k, _)| k.as_ref() != "subset")
-                {
-                    comma(out, &mut d);
-                    write_field(out, k, v.get());
-                }
-                comma(out, &mut d);
-                out.extend_from_slice(b"\"subset\":");
-                out.extend_from_slice(subset);
-                out.push(b'}');
-            }
-            _ => {
-                comma(out, &mut n);
-                write_field(out, k, v.get());
-            }
-        }
-    }
-    out.push(b'}');
-}
-
-/// Writes the object `existing` with `added` (keys unquoted, each once; values as JSON text) set
-/// in it, as inserting them one by one into the parsed object would.
-fn write_merged(out: &mut Vec<u8>, existing: &FieldList<'_>, added: &[(String, Vec<u8>)]) {
-    out.push(b'{');
-    let mut n = 0usize;
-    for (k, v) in existing.last_values() {
-        if added.iter().any(|(a, _)| a == k.as_ref()) {
-            continue;
-        }
-        comma(out, &mut n);
-        write_field(out, k, v.get());
-    }
-    for (k, v) in added {
-        comma(out, &mut n);
-        serde_json::to_writer(&mut *out, k).expect("a string serializes");
-        out.push(b':');
-        out.extend_from_slice(v);
-    }
-    out.push(b'}');
-}
-
-/// A comma before every item but the first; `count` counts the items written.
-fn comma(out: &mut Vec<u8>, count: &mut usize) {
-    if *count > 0 {
-        out.push(b',');
-    }
-    *count += 1;
-}
-
-/// Starts an array item: a comma unless it is the first, then `{`.
-fn push_separator(out: &mut Vec<u8>) {
-    if out.len() > 1 {
-        out.push(b',');
-    }
-    out.push(b'{');
-}
-
-/// Writes `"key":value,…` (no braces).
-fn write_fields<'v, 'k: 'v>(
-    out: &mut Vec<u8>,
-    fields: impl Iterator<Item = (&'v Key<'k>, &'v RawValue)>,
-) {
-    for (n, (key, value)) in fields.enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
-        write_field(out, key, value.get());
-    }
-}
-
-/// Writes `"key":value`, the value as JSON text.
-fn write_field(out: &mut Vec<u8>, key: &Key<'_>, value: &str) {
-    write_key(out, key);
-    out.push(b':');
-    out.extend_from_slice(value.as_bytes());
-}
-
-/// Writes an object key as a JSON string. A key borrowed from the input had no escapes, so
-/// its text is written as it was; an unescaped one is escaped again.
-fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
-    match &key.0 {
-        Cow::Borrowed(k) => {
-            out.push(b'"');
-            out.extend_from_slice(k.as_bytes());
-            out.push(b'"');
-        }
-        Cow::Owned(k) => serde_json::to_writer(&mut *out, k).expect("a string serializes"),
-    }
-}
-
-/// The general path of [`rewrite_text`]: any JSON value, read field by field.
-fn rewrite_general(
-    req: &RouteRequest,
-    vs: &RawValue,
-    settings: &Settings,
-) -> Result<String, String> {
-    let top = fields(vs);
-    let meta = top
-        .as_ref()
-        .and_then(|t| t.get("metadata"))
-        .and_then(fields);
-    let text = |key: &str| meta.as_ref().and_then(|m| as_str(m.get(key)));
-    let (name, namespace) = (text("name"), text("namespace"));
-    let id = format!(
-        "{}/{}",
-        namespace.as_deref().unwrap_or("?"),
-        name.as_deref().unwrap_or("?")
-    );
-    check_prefix(req, &id)?;
-    let spec = match top.as_ref().and_then(|t| t.get("spec")) {
-        Some(spec) => {
-            fields(spec).ok_or_else(|| format!("VirtualService {id}: spec is not an object"))?
-        }
-        None => return Err(format!("VirtualService {id} has no spec")),
-    };
-    let http: Vec<&RawValue> = match spec.get("http") {
-        Some(http) if http.get().starts_with('[') => {
-            serde_json::from_str(http.get()).map_err(|e| format!("spec.http: {e}"))?
-        }
-        Some(_) => return Err(format!("VirtualService {id}: spec.http is not an array")),
-        None => {
-            return Err(format!(
-                "VirtualService {id} has no spec.http (no HTTP routes)"
-            ));
-        }
-    };
-    let vs_ns = namespace.as_deref().filter(|ns| !ns.is_empty());
-
-    let mut out = Vec::with_capacity(vs.get().len() * (1 + req.matches.len()));
-    out.push(b'[');
-    let mut index = 0usize;
-    for (i, route) in http.into_iter().enumerate() {
-        let Some(route_fields) = fields(route) else {
-            push_item(&mut out, route.get().as_bytes());
-            continue;
-        };
-        if as_str(route_fields.get("name")).is_some_and(|n| n.starts_with(&req.route_prefix)) {
-            continue;
-        }
-        let has_target = route_fields
-            .get("route")
-            .filter(|r| r.get().starts_with('['))
-            .and_then(|r| serde_json::from_str::<Vec<Value>>(r.get()).ok())
-            .is_some_and(|list| list.iter().any(|d| is_default_destination(d, req, vs_ns)));
-        if has_target {
-            // The fields a copy changes, parsed; the others are written as they are.
-            let mut changed = Map::new();
-            for key in REWRITTEN {
-                if let Some(raw) = route_fields.get(key) {
-                    let value = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
-                    changed.insert(key.to_owned(), value);
-                }
-            }
-            let at = format!("VirtualService {id}: spec.http[{i}]");
-            for copy in copies(&changed, req, vs_ns, settings, &mut index, &at)? {
-                let Value::Object(copy) = copy else {
-                    unreachable!("a copy is an object")
-                };
-                let mut item = Vec::new();
-                let kept = route_fields
-                    .last_values()
-                    .filter(|(k, _)| !REWRITTEN.contains(&k.as_ref()) && k.as_ref() != "delegate")
-                    .map(|(k, v)| (k.as_ref(), Raw::Text(v)));
-                let rewritten = copy.iter().map(|(k, v)| (k.as_str(), Raw::Value(v)));
-                write_object(&mut item, kept.chain(rewritten))?;
-                push_item(&mut out, &item);
-            }
-        }
-        push_item(&mut out, route.get().as_bytes());
-    }
-    out.push(b']');
-    Ok(String::from_utf8(out).expect("JSON text and serde_json output are UTF-8"))
-}
-
-/// Writes the JSON object of `fields` to `out`.
-fn write_object<'v>(
-    out: &mut Vec<u8>,
-    fields: impl Iterator<Item = (&'v str, Raw<'v>)>,
-) -> Result<(), String> {
-    out.push(b'{');
-    for (n, (key, value)) in fields.enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
-        serde_json::to_writer(&mut *out, key).map_err(|e| e.to_string())?;
-        out.push(b':');
-        match value {
-            Raw::Text(raw) => out.extend_from_slice(raw.get().as_bytes()),
-            Raw::Value(v) => serde_json::to_writer(&mut *out, v).map_err(|e| e.to_string())?,
-        }
-    }
-    out.push(b'}');
-    Ok(())
-}
-
-/// The fields of a JSON object in document order, each value as its unparsed JSON text.
-struct FieldList<'a>(Vec<(Key<'a>, &'a RawValue)>);
-
-impl<'a> FieldList<'a> {
-    /// The value of `key`; the last one when the key repeats, as in a parsed tree.
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(k, _)| k.as_ref() == key)
-            .map(|(_, v)| *v)
-    }
-
-    /// The fields in document order, a repeated key only at its last occurrence.
-    fn last_values(&self) -> impl Iterator<Item = (&Key<'a>, &'a RawValue)> + '_ {
-        self.0.iter().enumerate().filter_map(|(i, (k, v))| {
-            let repeated = self.0[i + 1..].iter().any(|(later, _)| later == k);
-            (!repeated).then_some((k, *v))
-        })
-    }
-
-    /// About the length of the object's JSON text, for reserving output.
-    fn len_hint(&self) -> usize {
-        self.0
-            .iter()
-            .map(|(k, v)| k.as_ref().len() + v.get().len() + 4)
-            .sum()
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for FieldList<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = FieldList<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut fields = Vec::with_capacity(8);
-                while let Some(entry) = map.next_entry::<Key<'de>, &'de RawValue>()? {
-                    fields.push(entry);
-                }
-                Ok(FieldList(fields))
-            }
-        }
-        d.deserialize_map(Visitor)
-    }
-}
-
-/// The string `raw` holds without copying it, if it is one.
-fn as_str<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
-    let text = raw?.get();
-    // A string the parser already checked: without escapes, its text between the quotes.
-    match text.strip_prefix('"')?.strip_suffix('"') {
-        Some(s) if !s.contains('\\') => Some(Cow::Borrowed(s)),
-        // Escapes: unescaped into a copy.
-        _ => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
-    }
-}
-
-/// The route fields a copy changes (besides `delegate`, which it drops).
-const REWRITTEN: [&str; 4] = ["name", "route", "headers", "match"];
-
-/// A field value to write: JSON text as it came, or a rewritten value.
-enum Raw<'a> {
-    Text(&'a RawValue),
-    Value(&'a Value),
-}
-
-/// Appends one array item to `out`, which starts with `[`.
-fn push_item(out: &mut Vec<u8>, item: &[u8]) {
-    if out.len() > 1 {
-        out.push(b',');
-    }
-    out.extend_from_slice(item);
-}
-
-/// An object key, borrowed from the JSON text unless it has escapes.
-#[derive(PartialEq, Eq)]
-struct Key<'a>(Cow<'a, str>);
-
-impl AsRef<str> for Key<'_> {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(Visitor)
-    }
-}
-
-/// The fields of `raw` when it is an object.
-fn fields(raw: &RawValue) -> Option<FieldList<'_>> {
-    raw.get()
-        .starts_with('{')
-        .then(|| serde_json::from_str(raw.get()).ok())
-        .flatten()
-}
-
 /// Rejects a route prefix that could match routes of other subsets.
 fn check_prefix(req: &RouteRequest, id: &str) -> Result<(), String> {
     if req.route_prefix.is_empty() || !req.route_prefix.ends_with('-') {
@@ -1035,10 +352,71 @@ fn copies(
     Ok(out)
 }
 
+/// `namespace/name` of a VirtualService, for messages.
+fn vs_id(vs: &Value) -> String {
+    let field = |k: &str| {
+        vs.get("metadata")
+            .and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+    };
+    format!("{}/{}", field("namespace"), field("name"))
+}
+
+/// Rewrites the VirtualService `vs` (API JSON) for one DynamicEnv subset and returns its
+/// complete new `spec.http`; see the module documentation for the rules.
+///
+/// # Errors
+/// A message naming the VirtualService (`namespace/name`) when it has no `spec.http` array or a
+/// route to copy is malformed, or when the request's route prefix is empty or does not end
+/// with `-` (it would match routes of other subsets).
+pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Vec<Value>, String> {
+    let id = vs_id(vs);
+    check_prefix(req, &id)?;
+    let spec = match vs.get("spec") {
+        Some(Value::Object(spec)) => spec,
+        Some(_) => return Err(format!("VirtualService {id}: spec is not an object")),
+        None => return Err(format!("VirtualService {id} has no spec")),
+    };
+    let http = match spec.get("http") {
+        Some(Value::Array(http)) => http,
+        Some(_) => return Err(format!("VirtualService {id}: spec.http is not an array")),
+        None => {
+            return Err(format!(
+                "VirtualService {id} has no spec.http (no HTTP routes)"
+            ));
+        }
+    };
+    let vs_ns = vs
+        .get("metadata")
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty());
+
+    let mut out = Vec::with_capacity(http.len() * (1 + req.matches.len()));
+    let mut index = 0usize;
+    for (i, route) in http.iter().enumerate() {
+        let Value::Object(obj) = route else {
+            out.push(route.clone());
+            continue;
+        };
+        if obj
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| n.starts_with(&req.route_prefix))
+        {
+            continue;
+        }
+        let at = format!("VirtualService {id}: spec.http[{i}]");
+        out.extend(copies(obj, req, vs_ns, settings, &mut index, &at)?);
+        out.push(route.clone());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oracle::rewrite_tree;
     use serde_json::json;
 
     const PREFIX: &str = "dynamic-environment-default-de-sample-reviews-";
@@ -1530,223 +908,6 @@ mod tests {
         }
     }
 
-    /// `rewrite_text` on `vs`, and the tree path on the same input.
-    fn both_paths(
-        r: &RouteRequest,
-        vs: &str,
-    ) -> (Result<String, String>, Result<Vec<Value>, String>) {
-        let tree: Value = serde_json::from_str(vs).unwrap();
-        (
-            rewrite_text(r, vs, &Settings::default()),
-            rewrite_tree(r, &tree, &Settings::default()),
-        )
-    }
-
-    #[test]
-    fn kept_routes_are_copied_as_their_text() {
-        // Field values as sent (key order, spacing), which a parsed tree would not keep.
-        let text = r#"{"metadata":{"namespace":"default","name":"reviews"},"spec":{"http":[
-            {"route": [{"destination": {"subset": "v1", "host": "ratings"}}], "name": "other"},
-            {"name":"main","route":[{"destination":{"host":"reviews","subset":"shared"}}]}
-        ]}}"#;
-        let (json, tree) = both_paths(&req(vec![jason()]), text);
-        let json = json.unwrap();
-        assert!(
-            json.starts_with(
-                r#"[{"route":[{"destination": {"subset": "v1", "host": "ratings"}}],"name":"other"},"#
-            ),
-            "{json}"
-        );
-        assert!(
-            json.ends_with(r#",{"name":"main","route":[{"destination":{"host":"reviews","subset":"shared"}}]}]"#),
-            "{json}"
-        );
-        let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
-        assert_eq!(parsed, tree.unwrap(), "the same routes as the tree path");
-        assert_eq!(parsed.len(), 3);
-    }
-
-    /// VirtualServices of the usual shape, varied: routes with and without matches, headers,
-    /// weights, delegates, other destinations, escaped strings, earlier copies, repeated keys.
-    fn usual_shapes() -> Vec<String> {
-        let dests = [
-            json!([{"destination": {"host": "reviews", "subset": "shared", "port": {"number": 9080}}}]),
-            json!([{"destination": {"host": "reviews.default.svc.cluster.local", "subset": "shared"}, "weight": 70},
-                   {"destination": {"host": "reviews", "subset": "canary"}, "weight": 30}]),
-            json!([{"destination": {"host": "ratings", "subset": "shared"}}]),
-            json!([{"destination": {"host": "reviews.default", "subset": "shared"}, "headers": {"request": {"set": {"a": "b"}}}}]),
-            json!([]),
-            json!([{"destination": {"host": "reviews", "subset": "shared"}, "weight": 50},
-                   {"destination": {"host": "reviews", "subset": "shared"}, "weight": 50}]),
-            json!([{"destination": {"host": "reviews", "subset": "shared", "port": {"number": 1}}, "weight": 50},
-                   {"destination": {"subset": "shared", "host": "reviews.default.svc"}, "weight": 50}]),
-        ];
-        let mut out = Vec::new();
-        for n in 0..40usize {
-            let http: Vec<Value> = (0..(n % 7) + 1)
-                .map(|i| {
-                    let k = n + i;
-                    let mut r = json!({"route": dests[k % dests.len()].clone()});
-                    if k % 2 == 0 {
-                        r["name"] = json!(format!("route-{k}"));
-                    }
-                    if k % 3 == 0 {
-                        r["match"] = json!([{"uri": {"prefix": format!("/v{k}/")}}, {"headers": {"end-user": {"exact": "bob"}}}]);
-                    }
-                    if k % 6 == 1 {
-                        r["match"] = json!([{"headers": null, "sourceLabels": {"app": "web", "team": "a"}, "ignoreUriCase": true}]);
-                    }
-                    if k % 13 == 5 {
-                        r["match"] = Value::Null;
-                        r["headers"] = Value::Null;
-                    }
-                    if k % 4 == 1 {
-                        r["headers"] = json!({"response": {"add": {"x-old": "1"}, "remove": ["x-a"]}, "request": {"set": {"x-b": "c"}}});
-                    }
-                    if k % 8 == 3 {
-                        r["headers"] = json!({"response": {"add": {"x-dynamic-env": "stale", "x-k": "v"}}});
-                    }
-                    if k % 10 == 7 {
-                        r["headers"] = json!({"response": null, "request": {"add": {"x": "y"}}});
-                    }
-                    if k % 5 == 2 {
-                        r["delegate"] = json!({"name": "d", "namespace": "default"});
-                        r["timeout"] = json!("5s \u{e9} \"q\"");
-                    }
-                    if k % 11 == 3 {
-                        r["name"] = json!(format!("{PREFIX}{k}"));
-                    }
-                    r
-                })
-                .collect();
-            let mut vs = vs(Value::Array(http));
-            if n % 9 == 4 {
-                vs["metadata"]["labels"] = json!({"app": "reviews"});
-                vs["spec"]["gateways"] = json!(["mesh"]);
-            }
-            out.push(vs.to_string());
-        }
-        // Repeated keys of fields the rules do not read, and escapes in keys and values.
-        out.push(r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"timeout":"1s","timeout":"2s","route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#.into());
-        out.push(r#"{"metadata":{"name":"re\u0076iews","namespace":"default"},"spec":{"http":[{"ti\u006deout":"1s","name":"\u006dain","route":[{"destination":{"host":"re\u0076iews","subset":"shared"}}]}]}}"#.into());
-        out
-    }
-
-    #[test]
-    fn one_pass_and_general_paths_agree() {
-        let requests = [
-            req(vec![]),
-            req(vec![jason()]),
-            req(vec![IstioMatch {
-                headers: vec![
-                    header("x-a", StringMatch::Exact("1".into())),
-                    header("x-a", StringMatch::Regex("^2".into())),
-                ],
-                source_labels: vec![label("app", "x"), label("app", "y")],
-            }]),
-            req(vec![
-                jason(),
-                IstioMatch {
-                    headers: vec![header("x-team", StringMatch::Prefix("pay".into()))],
-                    source_labels: vec![label("app", "productpage")],
-                },
-            ]),
-        ];
-        let mut copied = 0;
-        for r in &requests {
-            for text in usual_shapes() {
-                let fast: FastVs<'_> = serde_json::from_str(&text)
-                    .unwrap_or_else(|e| panic!("{text} takes the one-pass path: {e}"));
-                let one_pass = rewrite_fast(r, &fast, &Settings::default())
-                    .unwrap_or_else(|| panic!("{text} stays on the one-pass path"))
-                    .unwrap();
-                let raw: &RawValue = serde_json::from_str(&text).unwrap();
-                let general = rewrite_general(r, raw, &Settings::default()).unwrap();
-                let one_pass: Vec<Value> = serde_json::from_str(&one_pass).unwrap();
-                let general: Vec<Value> = serde_json::from_str(&general).unwrap();
-                assert_eq!(one_pass, general, "{text}");
-                let tree = rewrite_tree(
-                    r,
-                    &serde_json::from_str(&text).unwrap(),
-                    &Settings::default(),
-                );
-                assert_eq!(one_pass, tree.unwrap(), "{text}");
-                copied += one_pass.len();
-            }
-        }
-        assert!(copied > 200, "the shapes produce copies: {copied} routes");
-    }
-
-    #[test]
-    fn both_paths_agree_on_odd_shapes() {
-        let r = req(vec![jason(), jason()]);
-        for text in [
-            // Non-object routes, a null name and route, a route that is not an array, a
-            // destination that is not an object, escaped strings, no metadata, null spec.
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[1,"x",null,[],
-               {"name":null,"route":null},{"route":{}},{"route":[3,{"destination":null}]},
-               {"name":"dynamic-environment-default-de-sample-reviews-\u0030","route":[]},
-               {"name":"\u006dain","route":[{"destination":{"host":"re\u0076iews","subset":"shared"},"weight":5}]}]}}"#,
-            r#"{"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"elsewhere"},"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
-            r#"{"metadata":[],"spec":{"http":[]}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":null}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":null}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":[]}"#,
-            r#"[]"#,
-            // A copied route with fields kept as text, an escaped key, a delegate, null headers.
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"time\u006fut":"5s","delegate":{"name":"d"},"headers":null,"retries":{"attempts":3},"match":[{"uri":{"prefix":"/a"}},{"headers":{"end-user":{"exact":"bob"}}}],"route":[{"destination":{"host":"reviews","subset":"shared"},"weight":50},{"destination":{"host":"reviews.default.svc.cluster.local","subset":"shared"}}]}]}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"headers":{"response":[]},"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"match":{},"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
-            // Repeated keys: the last one counts, as in a parsed tree.
-            r#"{"metadata":{"name":"x","name":"reviews","namespace":"default"},"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"name":"a","name":"dynamic-environment-default-de-sample-reviews-0","route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#,
-            r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"route":[{"destination":{"host":"reviews","subset":"shared"}}],"route":[]}]}}"#,
-        ] {
-            let (json, tree) = both_paths(&r, text);
-            match (json, tree) {
-                (Ok(json), Ok(tree)) => {
-                    let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
-                    assert_eq!(parsed, tree, "{text}");
-                }
-                (Err(a), Err(b)) => assert_eq!(a, b, "{text}"),
-                (a, b) => panic!("{text}: {a:?} vs {b:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn strings_are_read_with_and_without_escapes() {
-        let read = |text: &str| {
-            let raw: &RawValue = serde_json::from_str(text).unwrap();
-            as_str(Some(raw)).map(|s| (matches!(s, Cow::Borrowed(_)), s.into_owned()))
-        };
-        assert_eq!(read(r#""reviews""#), Some((true, "reviews".into())));
-        assert_eq!(read(r#""""#), Some((true, String::new())));
-        assert_eq!(read(r#""r\u00e9views""#), Some((false, "réviews".into())));
-        assert_eq!(read(r#""a\"b\\""#), Some((false, "a\"b\\".into())));
-        assert_eq!(read(r#""\\""#), Some((false, "\\".into())));
-        assert_eq!(read("null"), None);
-        assert_eq!(read("7"), None);
-        assert_eq!(as_str(None), None);
-    }
-
-    #[test]
-    fn repeated_keys_count_as_in_a_tree() {
-        let text = r#"{"metadata":{"name":"reviews","namespace":"default"},"spec":{"http":[{"name":"main","route":[],"route":[{"destination":{"host":"reviews","subset":"shared"}}]}]}}"#;
-        let out: Vec<Value> = serde_json::from_str(
-            &rewrite_text(&req(vec![jason()]), text, &Settings::default()).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(
-            out.len(),
-            2,
-            "the last `route` has the default destination: {out:?}"
-        );
-        assert_eq!(out[0]["name"], json!(format!("{PREFIX}0")));
-    }
-
     #[test]
     fn settings() {
         assert_eq!(
@@ -1799,72 +960,5 @@ mod tests {
             json!({"prefix": "ja"})
         );
         assert_eq!(r.matches[0].source_labels, vec![label("a", "b")]);
-    }
-}
-
-/// The rules as first written, on a parsed tree: the oracle [`rewrite_text`] is checked against.
-#[cfg(test)]
-mod oracle {
-    use super::*;
-
-    /// `namespace/name` of a VirtualService, for messages.
-    fn vs_id(vs: &Value) -> String {
-        let field = |k: &str| {
-            vs.get("metadata")
-                .and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-        };
-        format!("{}/{}", field("namespace"), field("name"))
-    }
-
-    /// The rules on a VirtualService read as a whole tree: the path of VirtualServices that
-    /// repeat a key.
-    pub(super) fn rewrite_tree(
-        req: &RouteRequest,
-        vs: &Value,
-        settings: &Settings,
-    ) -> Result<Vec<Value>, String> {
-        let id = vs_id(vs);
-        check_prefix(req, &id)?;
-        let spec = match vs.get("spec") {
-            Some(Value::Object(spec)) => spec,
-            Some(_) => return Err(format!("VirtualService {id}: spec is not an object")),
-            None => return Err(format!("VirtualService {id} has no spec")),
-        };
-        let http = match spec.get("http") {
-            Some(Value::Array(http)) => http,
-            Some(_) => return Err(format!("VirtualService {id}: spec.http is not an array")),
-            None => {
-                return Err(format!(
-                    "VirtualService {id} has no spec.http (no HTTP routes)"
-                ));
-            }
-        };
-        let vs_ns = vs
-            .get("metadata")
-            .and_then(|m| m.get("namespace"))
-            .and_then(Value::as_str)
-            .filter(|ns| !ns.is_empty());
-
-        let mut out = Vec::with_capacity(http.len() * (1 + req.matches.len()));
-        let mut index = 0usize;
-        for (i, route) in http.iter().enumerate() {
-            let Value::Object(obj) = route else {
-                out.push(route.clone());
-                continue;
-            };
-            if obj
-                .get("name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| n.starts_with(&req.route_prefix))
-            {
-                continue;
-            }
-            let at = format!("VirtualService {id}: spec.http[{i}]");
-            out.extend(copies(obj, req, vs_ns, settings, &mut index, &at)?);
-            out.push(route.clone());
-        }
-        Ok(out)
     }
 }
