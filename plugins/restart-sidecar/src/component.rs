@@ -1,25 +1,19 @@
 //! Export glue for the `restart-predicate` world.
-use wasmop_plugin_sdk::restart_predicate::wasmop::plugin::types::Hook;
-use wasmop_plugin_sdk::restart_predicate::{
-    Guest, PluginError, PluginInfo, PodDecision, RestartRequest,
-};
+use wasmop_plugin_sdk::restart_predicate::{Guest, PodDecision, RestartRequest};
+use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
 struct Plugin;
 
 fn plugin_error(e: crate::Error) -> PluginError {
-    PluginError {
-        message: e.message,
-        field: e.field,
+    match e.field {
+        Some(field) => PluginError::at(field, e.message),
+        None => PluginError::new(e.message),
     }
 }
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo {
-            name: "restart-sidecar".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            hook: Hook::Restart,
-        }
+        PluginInfo::new("restart-sidecar", env!("CARGO_PKG_VERSION"), Hook::Restart)
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {

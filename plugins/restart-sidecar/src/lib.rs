@@ -1,6 +1,6 @@
 //! The default `restart` plugin: decides, for one page of pods, which must restart so that their
 //! `istio-proxy` sidecar matches the desired proxy state, and why. The predicates follow the
-//! Kyma Istio Operator's sidecar restarter (reference/restart.md §1).
+//! Kyma Istio Operator's sidecar restarter (docs/restart.md).
 //!
 //! # The desired proxy state
 //!
@@ -77,12 +77,11 @@ use serde_json::Value;
 #[cfg(target_arch = "wasm32")]
 mod component;
 pub mod quantity;
-pub mod rfc3339;
 pub mod view;
 
+use jiff::Timestamp;
 use quantity::Quantity;
-use rfc3339::Timestamp;
-use view::{ContainerView, PodView, Shape};
+use view::{ContainerView, PodView};
 
 /// Name of the sidecar container (or native-sidecar init container).
 pub const PROXY_CONTAINER: &str = "istio-proxy";
@@ -268,7 +267,7 @@ impl DesiredProxy {
             }
         }
         if let Some(at) = &self.restart_after {
-            Timestamp::parse(at).map_err(|e| Error::at("desired.restartAfter", e.to_string()))?;
+            parse_timestamp(at).map_err(|e| Error::at("desired.restartAfter", e))?;
         }
         if self.status_port == 0 {
             return Err(Error::at(
@@ -345,25 +344,20 @@ pub fn validate_settings(settings: &str) -> Result<Settings, Error> {
     Ok(out)
 }
 
-/// Parses the request's `pods`: a JSON array of Pod objects, read in one pass as
-/// [`view::PodView`]s: each keeps what the predicates read (its `namespace`,
-/// `creationTimestamp` and the annotations they look at, and the `name`, `image` and resources
-/// of its containers and init containers); the rest of its JSON (status, volumes, env,
-/// probes...) is skipped while parsing, without being built, which is most of the work for
-/// real pods. A value of another shape is kept as such, and judged as it is.
+/// Parses the request's `pods`: a JSON array of Pod objects. Its entries are kept whatever
+/// their shape; one that is not a pod gets a no-restart decision saying so.
 ///
 /// # Errors
 /// Not valid JSON, or not an array.
-pub fn parse_pods(json: &str) -> Result<Vec<PodView<'_>>, Error> {
-    serde_json::from_str::<Vec<PodView<'_>>>(json).map_err(|e| {
-        match serde_json::from_str::<Value>(json) {
-            Ok(other) => Error::at(
-                "pods",
-                format!("expected a JSON array of pods, got {}", kind_of(&other)),
-            ),
-            Err(_) => Error::at("pods", format!("not valid JSON: {e}")),
-        }
-    })
+pub fn parse_pods(json: &str) -> Result<Vec<Value>, Error> {
+    match serde_json::from_str::<Value>(json) {
+        Ok(Value::Array(pods)) => Ok(pods),
+        Ok(other) => Err(Error::at(
+            "pods",
+            format!("expected a JSON array of pods, got {}", kind_of(&other)),
+        )),
+        Err(e) => Err(Error::at("pods", format!("not valid JSON: {e}"))),
+    }
 }
 
 /// The decision for one pod.
@@ -389,7 +383,7 @@ pub fn evaluate_request(
     let desired = DesiredProxy::from_json(desired)?;
     let applied = DesiredProxy::applied_from_json(applied)?;
     let pods = parse_pods(pods)?;
-    Ok(evaluate_views(&settings, &desired, applied.as_ref(), &pods))
+    Ok(evaluate_with(&settings, &desired, applied.as_ref(), &pods))
 }
 
 /// Judges each pod against the desired state with default settings; one decision per pod, in order.
@@ -407,21 +401,6 @@ pub fn evaluate_with(
     desired: &DesiredProxy,
     applied: Option<&DesiredProxy>,
     pods: &[Value],
-) -> Vec<Decision> {
-    let views: Vec<PodView<'_>> = pods
-        .iter()
-        .map(|pod| PodView::deserialize(pod).unwrap_or_default())
-        .collect();
-    evaluate_views(settings, desired, applied, &views)
-}
-
-/// Judges each pod, as [`parse_pods`] read it, against the desired state; one decision per
-/// pod, in order.
-pub fn evaluate_views(
-    settings: &Settings,
-    desired: &DesiredProxy,
-    applied: Option<&DesiredProxy>,
-    pods: &[PodView<'_>],
 ) -> Vec<Decision> {
     let plan = Plan::new(desired, applied);
     pods.iter().map(|pod| plan.judge(settings, pod)).collect()
@@ -505,16 +484,13 @@ impl<'a> Plan<'a> {
                 ));
             }
         }
-        let restart_after = desired
-            .restart_after
-            .as_deref()
-            .and_then(|at| match Timestamp::parse(at) {
-                Ok(t) => Some((t, at)),
-                Err(e) => {
-                    notes.push(format!("restartAfter not applied: {e}"));
-                    None
-                }
-            });
+        let mut restart_after = None;
+        if let Some(at) = desired.restart_after.as_deref() {
+            match parse_timestamp(at) {
+                Ok(t) => restart_after = Some((t, at)),
+                Err(e) => notes.push(format!("restartAfter not applied: {e}")),
+            }
+        }
         Self {
             desired,
             resources,
@@ -525,15 +501,12 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn judge(&self, settings: &Settings, pod: &PodView<'_>) -> Decision {
-        match pod.shape {
-            Shape::Pod => {}
-            Shape::NoMetadata => return no_restart("not a pod: it has no metadata object"),
-            Shape::NotAnObject(kind) => {
-                return no_restart(format!("not a pod: expected a JSON object, got {kind}"));
-            }
-        }
-        let namespace = pod.namespace.as_deref().unwrap_or("");
+    fn judge(&self, settings: &Settings, pod: &Value) -> Decision {
+        let pod = match PodView::of(pod) {
+            Ok(pod) => pod,
+            Err(not_a_pod) => return no_restart(not_a_pod),
+        };
+        let namespace = pod.namespace.unwrap_or("");
         if settings.ignore_namespaces.iter().any(|ns| ns == namespace) {
             return no_restart(format!(
                 "namespace {namespace} is ignored (settings.ignoreNamespaces)"
@@ -543,13 +516,13 @@ impl<'a> Plan<'a> {
         let mut reasons = Vec::new();
         let mut notes = self.notes.clone();
         if pod.annotation(CUSTOM_IMAGE_ANNOTATION).is_none() {
-            self.image(pod, &mut reasons);
-            self.resources(pod, &mut reasons, &mut notes);
+            self.image(&pod, &mut reasons);
+            self.resources(&pod, &mut reasons, &mut notes);
         }
-        self.cni(pod, &mut reasons);
+        self.cni(&pod, &mut reasons);
         reasons.extend(self.global.iter().cloned());
-        self.prometheus_merge(pod, &mut reasons);
-        self.restart_after(pod, &mut reasons, &mut notes);
+        self.prometheus_merge(&pod, &mut reasons);
+        self.restart_after(&pod, &mut reasons, &mut notes);
 
         let restart = !reasons.is_empty();
         if !restart {
@@ -567,7 +540,7 @@ impl<'a> Plan<'a> {
             return;
         };
         for (container, init) in proxy_containers(pod) {
-            let have = container.image.as_deref().unwrap_or("(none)");
+            let have = container.image.unwrap_or("(none)");
             if have != want {
                 let what = if init {
                     "istio-proxy init container image"
@@ -630,11 +603,7 @@ impl<'a> Plan<'a> {
             Some(true) => ("istio-init", "enabled"),
             Some(false) => ("istio-validation", "disabled"),
         };
-        if pod
-            .init_containers
-            .iter()
-            .any(|c| c.name.as_deref() == Some(stale))
-        {
+        if pod.init_containers.iter().any(|c| c.name == Some(stale)) {
             reasons.push(format!(
                 "CNI is {state} but the pod has init container {stale}"
             ));
@@ -669,11 +638,11 @@ impl<'a> Plan<'a> {
         let Some((after, after_text)) = self.restart_after else {
             return;
         };
-        let Some(created_text) = pod.creation_timestamp.as_deref() else {
+        let Some(created_text) = pod.creation_timestamp else {
             notes.push("restartAfter not applied: the pod has no creationTimestamp".to_owned());
             return;
         };
-        match Timestamp::parse(created_text) {
+        match parse_timestamp(created_text) {
             Ok(created) if created <= after => {
                 reasons.push(format!(
                     "pod created at {created_text}, not after restartAfter {after_text}"
@@ -693,7 +662,7 @@ fn proxy_containers<'p>(
     let init = pod.init_containers.iter().map(|c| (c, true));
     plain
         .chain(init)
-        .filter(|(c, _)| c.name.as_deref() == Some(PROXY_CONTAINER))
+        .filter(|(c, _)| c.name == Some(PROXY_CONTAINER))
 }
 
 /// `None` when the pod has no resource annotation; otherwise the expected values they give,
@@ -732,6 +701,13 @@ fn annotated_resources(pod: &PodView<'_>) -> Option<Result<ExpectedResources, St
         Ok([cpu, memory, cpu_limit, memory_limit])
     };
     Some(run())
+}
+
+/// Parses an RFC 3339 timestamp with its offset (`2026-08-21T10:00:00Z`,
+/// `2026-08-21T12:00:00.5+02:00`), as Kubernetes writes them.
+fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
+    text.parse()
+        .map_err(|e| format!("{text:?} is not an RFC 3339 timestamp: {e}"))
 }
 
 fn no_restart(reason: impl Into<String>) -> Decision {

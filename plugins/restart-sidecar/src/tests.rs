@@ -734,6 +734,57 @@ fn restart_after_needs_a_creation_timestamp() {
     );
 }
 
+#[test]
+fn restart_after_reads_rfc3339_with_an_offset() {
+    // The same instant as CREATED, written the ways RFC 3339 allows.
+    for at in [
+        "2026-08-21T12:00:00+02:00",
+        "2026-08-21T07:30:00-02:30",
+        "2026-08-21T10:00:00.000000000Z",
+        "2026-08-21t10:00:00z",
+        "2026-08-21 10:00:00+00:00",
+    ] {
+        let want = desired(json!({ "restartAfter": at }));
+        restarts(&judge(&want, None, pod().build()), "not after restartAfter");
+        let before = desired(json!({ "restartAfter": "2026-08-21T09:59:59.999999999Z" }));
+        stays(&judge(&before, None, pod().created(at).build()));
+    }
+    for at in [
+        "",
+        "yesterday",
+        "2026-08-21",
+        "2026-08-21T10:00:00",
+        "2026-13-01T00:00:00Z",
+        "2026-02-29T00:00:00Z",
+        "1900-02-29T00:00:00Z",
+        "2026-08-21T24:00:00Z",
+        "2026-08-21T10:60:00Z",
+        "2026-0a-21T10:00:00Z",
+        "2026-08-21X10:00:00Z",
+        "2026-08-21T10:00:00.Z",
+        "2026/08/21T10:00:00Z",
+        "2026-08-21T10:00:00ZZ",
+    ] {
+        let e = DesiredProxy::from_json(&json!({ "restartAfter": at }).to_string()).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("desired.restartAfter"), "{at:?}");
+        assert!(
+            e.message
+                .starts_with(&format!("{at:?} is not an RFC 3339 timestamp: ")),
+            "{e}"
+        );
+    }
+    let want = desired(json!({ "restartAfter": CREATED }));
+    let d = judge(&want, None, pod().created("last week").build());
+    stays(&d);
+    assert!(
+        d.reason.contains(
+            r#"note: restartAfter not applied: creationTimestamp "last week" is not an RFC 3339 timestamp: "#
+        ),
+        "{}",
+        d.reason
+    );
+}
+
 // --- parsing the request ---
 
 #[test]
@@ -923,8 +974,8 @@ fn error_display_names_the_field() {
 }
 
 #[test]
-fn parsing_keeps_what_the_predicates_read_and_judges_odd_values_whole() {
-    let full = json!([
+fn pods_are_read_for_what_the_predicates_look_at() {
+    let page = json!([
         {"metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "b"},
                       "labels": {"app": "p"}, "ownerReferences": []},
          "spec": {"volumes": [{"name": "v"}],
@@ -937,112 +988,33 @@ fn parsing_keeps_what_the_predicates_read_and_judges_odd_values_whole() {
         {"metadata": {"name": "r"}, "spec": {"containers": ["x"]}}
     ])
     .to_string();
-    let pods = parse_pods(&full).unwrap();
-    assert_eq!(pods.len(), 4);
-    assert_eq!(pods[0].shape, view::Shape::Pod);
-    assert_eq!(pods[0].namespace.as_deref(), Some("ns"));
+    let pods = parse_pods(&page).unwrap();
+    assert_eq!(pods.len(), 4, "every entry is kept, whatever its shape");
+    let p = view::PodView::of(&pods[0]).unwrap();
+    assert_eq!(p.namespace, Some("ns"));
+    assert_eq!(p.annotation("a"), Some("b"));
+    assert_eq!(p.containers.len(), 1);
+    assert_eq!(p.containers[0].image, Some(OLD));
+    assert_eq!(p.containers[0].resources[0].as_deref(), Some("1"));
+    assert_eq!(p.init_containers[0].name, Some("istio-init"));
     assert_eq!(
-        pods[0].annotations,
-        <[Option<std::borrow::Cow<'_, str>>; 7]>::default(),
-        "annotation a is not read"
-    );
-    assert_eq!(pods[0].containers.len(), 1);
-    assert_eq!(pods[0].containers[0].image.as_deref(), Some(OLD));
-    assert_eq!(pods[0].containers[0].resources[0].as_deref(), Some("1"));
-    assert_eq!(
-        pods[0].init_containers[0].name.as_deref(),
-        Some("istio-init")
-    );
-    assert_eq!(pods[1].shape, view::Shape::NotAnObject("a string"));
-    assert_eq!(pods[2].shape, view::Shape::Pod);
-    assert!(pods[2].containers.is_empty(), "spec 5 has no containers");
-    assert!(
-        pods[3].containers.is_empty(),
-        "a container that is not an object is none"
+        view::PodView::of(&pods[1]).unwrap_err(),
+        "not a pod: expected a JSON object, got a string"
     );
     assert!(
-        matches!(pods[0].namespace, Some(std::borrow::Cow::Borrowed(_))),
-        "strings without escapes are borrowed from the page"
+        view::PodView::of(&pods[2]).unwrap().containers.is_empty(),
+        "spec 5 has no containers"
     );
-    let want = desired(json!({"image": NEW, "cni": true}));
-    let whole: Vec<Value> = serde_json::from_str(&full).unwrap();
-    assert_eq!(
-        evaluate_views(&Settings::default(), &want, None, &pods),
-        evaluate(&want, None, &whole)
+    assert!(
+        view::PodView::of(&pods[3]).unwrap().containers.is_empty(),
+        "a container that is not an object is skipped"
     );
-}
-
-/// A pod read with `serde_json::Value`'s accessors (`get`, `as_str`, `as_array`), as the
-/// predicates read pods before the one-pass reader: the oracle it is checked against.
-fn view_by_accessors(pod: &Value) -> view::PodView<'_> {
-    use std::borrow::Cow;
-    fn text(v: Option<&Value>) -> Option<Cow<'_, str>> {
-        v.and_then(Value::as_str).map(Cow::Borrowed)
-    }
-    let Some(object) = pod.as_object() else {
-        let kind = match pod {
-            Value::Null => "null",
-            Value::Bool(_) => "a boolean",
-            Value::Number(_) => "a number",
-            Value::String(_) => "a string",
-            _ => "an array",
-        };
-        return view::PodView {
-            shape: view::Shape::NotAnObject(kind),
-            ..Default::default()
-        };
-    };
-    let Some(metadata) = object.get("metadata").and_then(Value::as_object) else {
-        return view::PodView {
-            shape: view::Shape::NoMetadata,
-            ..Default::default()
-        };
-    };
-    let containers = |list: &str| -> Vec<view::ContainerView<'_>> {
-        object
-            .get("spec")
-            .and_then(|s| s.get(list))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(|c| c.is_object())
-            .map(|c| view::ContainerView {
-                name: text(c.get("name")),
-                image: text(c.get("image")),
-                resources: [
-                    ("requests", "cpu"),
-                    ("requests", "memory"),
-                    ("limits", "cpu"),
-                    ("limits", "memory"),
-                ]
-                .map(|(kind, name)| {
-                    match c
-                        .get("resources")
-                        .and_then(|r| r.get(kind))
-                        .and_then(|v| v.get(name))
-                    {
-                        Some(Value::String(s)) => Some(Cow::Borrowed(s.as_str())),
-                        Some(Value::Number(n)) => Some(Cow::Owned(n.to_string())),
-                        _ => None,
-                    }
-                }),
-            })
-            .collect()
-    };
-    view::PodView {
-        shape: view::Shape::Pod,
-        namespace: text(metadata.get("namespace")),
-        creation_timestamp: text(metadata.get("creationTimestamp")),
-        annotations: view::ANNOTATIONS
-            .map(|k| text(metadata.get("annotations").and_then(|a| a.get(k)))),
-        containers: containers("containers"),
-        init_containers: containers("initContainers"),
-    }
 }
 
 #[test]
-fn one_pass_reading_and_value_reading_agree() {
-    // Odd types where the predicates look, repeated keys, escapes, numbers as quantities.
+fn values_of_another_type_read_as_absent() {
+    // Odd types where the predicates look, repeated keys (the last counts), escapes, numbers as
+    // quantities.
     let page = r#"[
         {"metadata": {"namespace": "a\u0062", "annotations": {"sidecar.istio.io/proxyCPU": 1,
                       "prometheus.io/path": "/stats/prometheus", "prometheus.io/port": "150\u0032\u0030",
@@ -1059,27 +1031,66 @@ fn one_pass_reading_and_value_reading_agree() {
         {"metadata": null, "metadata": {"namespace": "x"}},
         [1, {"metadata": {}}], 2.5, true, null
     ]"#;
-    let wants = [
-        desired(json!({"image": "new", "cni": true, "prometheusMerge": true,
-                       "restartAfter": "2026-01-01T00:00:00Z"})),
-        desired(
-            json!({"image": "old", "cni": false, "prometheusMerge": false,
-                       "resources": {"requests": {"cpu": "500m", "memory": "64Mi"},
-                                     "limits": {"cpu": "2", "memory": "1Gi"}}}),
-        ),
-    ];
-    let views = parse_pods(page).unwrap();
-    let values: Vec<Value> = serde_json::from_str(page).unwrap();
-    let by_accessors: Vec<view::PodView<'_>> = values.iter().map(view_by_accessors).collect();
+    let pods = parse_pods(page).unwrap();
+    let views: Vec<_> = pods.iter().map(view::PodView::of).collect();
+
+    let p = views[0].as_ref().unwrap();
+    assert_eq!(p.namespace, Some("ab"));
+    assert_eq!(p.creation_timestamp, None);
+    assert_eq!(p.annotation("sidecar.istio.io/proxyCPU"), None);
+    assert_eq!(p.annotation("prometheus.io/port"), Some("15020"));
+    assert_eq!(p.containers.len(), 2);
+    assert_eq!(p.containers[0].image, None);
     assert_eq!(
-        views, by_accessors,
-        "the one-pass reader reads as Value's accessors do"
+        p.containers[0].resources,
+        [Some("0.5".into()), None, None, None]
     );
-    for want in &wants {
-        let one_pass = evaluate_views(&Settings::default(), want, None, &views);
-        let by_value = evaluate(want, None, &values);
-        assert_eq!(one_pass, by_value);
-        assert_eq!(one_pass.len(), 9);
-        assert!(one_pass.iter().any(|d| d.restart), "{one_pass:?}");
+    assert_eq!(p.containers[1].image, Some("new"));
+    assert_eq!(
+        p.containers[1].resources,
+        [None, None, Some("2".into()), Some("1Gi".into())]
+    );
+    assert!(p.init_containers.is_empty(), "initContainers is an object");
+
+    let p = views[1].as_ref().unwrap();
+    assert_eq!(
+        (p.namespace, p.annotation("prometheus.io/path")),
+        (None, None)
+    );
+    let names: Vec<_> = p.init_containers.iter().map(|c| c.name).collect();
+    assert_eq!(names, [Some("istio-init"), None]);
+
+    let no_metadata = Err("not a pod: it has no metadata object".to_owned());
+    assert_eq!(views[2], no_metadata);
+    assert_eq!(views[3], no_metadata);
+    assert_eq!(views[4].as_ref().unwrap().namespace, Some("x"));
+    let not_objects: Vec<_> = views[5..].iter().map(|v| v.clone().unwrap_err()).collect();
+    assert_eq!(
+        not_objects,
+        ["an array", "a number", "a boolean", "null"]
+            .map(|kind| format!("not a pod: expected a JSON object, got {kind}"))
+    );
+
+    let want = json!({"image": "new", "cni": true, "prometheusMerge": true,
+                      "restartAfter": "2026-01-01T00:00:00Z"});
+    let d = evaluate_request("{}", &want.to_string(), "null", page).unwrap();
+    assert_eq!(d.len(), 9);
+    restarts(&d[0], "istio-proxy image (none) differs from desired new");
+    restarts(
+        &d[0],
+        "istio-proxy memory request (none) differs from sidecar.istio.io/proxyMemory 64Mi",
+    );
+    assert!(!d[0].reason.contains("CNI"), "{}", d[0].reason);
+    restarts(
+        &d[1],
+        "CNI is enabled but the pod has init container istio-init",
+    );
+    restarts(
+        &d[4],
+        "prometheusMerge is on but annotation prometheus.io/path is unset",
+    );
+    for i in [2, 3, 5, 6, 7, 8] {
+        stays(&d[i]);
+        assert!(d[i].reason.starts_with("not a pod: "), "{}", d[i].reason);
     }
 }
