@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# The one test command (README: `make test`; .ci/run calls it): formatting, lints and doc
-# links, then unit, plugin and end-to-end tests against the local control plane, which it starts
-# if it is not running and stops again afterwards.
+# The test command (README: `make test`; .ci/run calls it) and its tiers:
+#   all   setup, lint, then every test against the local control plane (default)
+#   lint  cargo fmt --check, clippy, rustdoc links, cargo deny (licenses, bans, sources)
+#   unit  the tests that need nothing but cargo (`cargo test`)
+#   e2e   the `#[ignore]`d tests: control plane, moto, Prometheus, helm, plugin toolchains
+# The control plane is started when a tier needs it and is not running, and stopped again
+# afterwards.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+tier=${1:-all}
+case "$tier" in all | lint | unit | e2e) ;; *)
+  echo "usage: $0 [all|lint|unit|e2e]" >&2
+  exit 2
+  ;;
+esac
+
 "$root/scripts/setup.sh"
 # Build artifacts are kept with the other caches so a fresh clone reuses compiled dependencies.
 shared_target=${WASMOP_CACHE:-$HOME/.cache/wasmop}/cargo-target
@@ -27,23 +38,36 @@ if [ "$CARGO_TARGET_DIR" = "$shared_target" ]; then
     printf 'warning: the sweep failed (above); %s keeps its artifacts\n' "$CARGO_TARGET_DIR"
 fi
 
-step "cargo fmt --check"
-cargo fmt --all --check
-step "cargo clippy --workspace --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-step "cargo doc --workspace --no-deps (broken doc links fail)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+lint() {
+  step "cargo fmt --check"
+  cargo fmt --all --check
+  step "cargo clippy --workspace --all-targets -- -D warnings"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+  step "cargo doc --workspace --no-deps (broken doc links fail)"
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+  # shellcheck source=cargo-deny-version.sh
+  . "$root/scripts/cargo-deny-version.sh"
+  # Advisories need the RustSec database from the network, which this check does without.
+  step "cargo deny check licenses bans sources"
+  "$CARGO_DENY" --offline check --hide-inclusion-graph licenses bans sources
+}
 
-cluster="$root/deploy/dev/cluster.sh"
-started=0
-if ! "$cluster" status >/dev/null 2>&1; then
-  step "starting the local control plane"
-  # From an empty etcd: a control plane stopped without `down` (a machine shut down) leaves
-  # its data behind, and objects of an older checkout (RBAC above all) would skew the tests.
-  "$cluster" down >/dev/null 2>&1 || true
-  "$cluster" up >/dev/null
-  started=1
-fi
+# Starts the control plane unless it runs, and exports KUBECONFIG and PATH for it.
+with_cluster() {
+  cluster="$root/deploy/dev/cluster.sh"
+  started=0
+  if ! "$cluster" status >/dev/null 2>&1; then
+    step "starting the local control plane"
+    # From an empty etcd: a control plane stopped without `down` (a machine shut down) leaves
+    # its data behind, and objects of an older checkout (RBAC above all) would skew the tests.
+    "$cluster" down >/dev/null 2>&1 || true
+    "$cluster" up >/dev/null
+    started=1
+  fi
+  trap cleanup EXIT
+  eval "$("$cluster" env)"
+}
+
 cleanup() {
   status=$?
   if [ "$status" -ne 0 ]; then
@@ -51,14 +75,29 @@ cleanup() {
     printf '\n==> tests failed; last lines of the control plane logs in %s\n' "$logs"
     for f in "$logs"/*.log; do
       case "$f" in *audit.log) continue ;; esac
-      printf -- '--- %s\n' "$f"; tail -n 20 "$f" || true
+      printf -- '--- %s\n' "$f"
+      tail -n 20 "$f" || true
     done
   fi
   if [ "$started" = 1 ]; then "$cluster" down >/dev/null 2>&1 || true; fi
   exit "$status"
 }
-trap cleanup EXIT
-eval "$("$cluster" env)"
 
-step "cargo test --workspace (unit, plugin and e2e tiers)"
-cargo test --workspace --locked --no-fail-fast -- --test-threads=2
+case "$tier" in
+lint) lint ;;
+unit)
+  step "cargo test --workspace (unit tier: nothing but cargo)"
+  cargo test --workspace --locked --no-fail-fast
+  ;;
+e2e)
+  with_cluster
+  step "cargo test --workspace -- --ignored (e2e tier)"
+  cargo test --workspace --locked --no-fail-fast -- --ignored --test-threads=2
+  ;;
+all)
+  lint
+  with_cluster
+  step "cargo test --workspace -- --include-ignored (every tier)"
+  cargo test --workspace --locked --no-fail-fast -- --include-ignored --test-threads=2
+  ;;
+esac
