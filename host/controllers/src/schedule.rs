@@ -1,5 +1,5 @@
-//! Time helpers shared by the scaling and restart controllers: Go durations (`8h`, `1h30m`) and
-//! the latest start of a five-field cron schedule (UTC).
+//! Time helpers shared by the scaling and restart controllers: Go durations (`8h`, `1h30m`), the
+//! intervals of their flags, and the latest start of a five-field cron schedule (UTC).
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -73,6 +73,16 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, String> {
     }
 }
 
+/// Parses a flag's interval: a positive Go duration such as `30s`, `500ms`, `1m30s` or `10h`.
+///
+/// # Errors
+/// Anything else, described.
+pub fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    d.try_into()
+        .map_err(|_| format!("{s:?} is not a positive duration"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +99,18 @@ mod tests {
         );
         for bad in ["", "h", "5", "-1h", "1x", "1h-5m"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flag_intervals() {
+        use std::time::Duration;
+        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_interval("10h"), Ok(Duration::from_secs(36000)));
+        for bad in ["0s", "soon", "often"] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
         }
     }
 }

@@ -49,15 +49,15 @@ pub(crate) const RESTARTED_BY_ANNOTATION: &str = "wasmop.dev/restarted-by";
 #[group(skip)]
 pub struct Options {
     /// How often a policy is reconciled when nothing changes and all is done (upstream: 10h).
-    #[arg(long = "restart-resync-interval", env = "WASMOP_RESTART_RESYNC_INTERVAL", default_value = "10h", value_parser = parse_interval)]
+    #[arg(long = "restart-resync-interval", env = "WASMOP_RESTART_RESYNC_INTERVAL", default_value = "10h", value_parser = crate::schedule::parse_interval)]
     pub resync_interval: Duration,
     /// How soon a policy with warnings (workloads that need a manual restart) is reconciled
     /// again (upstream: 1h).
-    #[arg(long = "restart-warning-interval", env = "WASMOP_RESTART_WARNING_INTERVAL", default_value = "1h", value_parser = parse_interval)]
+    #[arg(long = "restart-warning-interval", env = "WASMOP_RESTART_WARNING_INTERVAL", default_value = "1h", value_parser = crate::schedule::parse_interval)]
     pub warning_interval: Duration,
     /// How soon a failed reconcile (an API error, a plugin failure with `failurePolicy: Fail`)
     /// is retried.
-    #[arg(long = "restart-error-interval", env = "WASMOP_RESTART_ERROR_INTERVAL", default_value = "30s", value_parser = parse_interval)]
+    #[arg(long = "restart-error-interval", env = "WASMOP_RESTART_ERROR_INTERVAL", default_value = "30s", value_parser = crate::schedule::parse_interval)]
     pub error_interval: Duration,
 }
 
@@ -69,13 +69,6 @@ impl Default for Options {
             error_interval: Duration::from_secs(30),
         }
     }
-}
-
-/// Parses a positive Go duration such as `10h`, `30s` or `1m30s`.
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = crate::schedule::parse_duration(s)?;
-    d.try_into()
-        .map_err(|_| format!("{s:?} is not a positive duration"))
 }
 
 /// Why a reconcile of a ProxyRestartPolicy failed. The status says the same to users.
@@ -116,14 +109,6 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn intervals() {
-        assert_eq!(parse_interval("10h"), Ok(Duration::from_secs(36000)));
-        assert_eq!(parse_interval("1m30s"), Ok(Duration::from_secs(90)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("often").is_err());
-    }
 
     #[test]
     fn error_labels() {

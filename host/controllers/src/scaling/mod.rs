@@ -38,7 +38,7 @@ use wasmop_kernel::gate::WriteError;
 pub struct Options {
     /// How often the trigger poller asks the scaler plugin for every trigger's vote (e.g.
     /// `30s`, `500ms`, `1m`).
-    #[arg(long = "poll-interval", env = "WASMOP_SCALING_POLL_INTERVAL", default_value = "30s", value_parser = parse_interval)]
+    #[arg(long = "poll-interval", env = "WASMOP_SCALING_POLL_INTERVAL", default_value = "30s", value_parser = crate::schedule::parse_interval)]
     pub poll_interval: Duration,
     /// Namespace of the resolver pods; the operator namespace (`--namespace`) when unset.
     #[arg(long = "resolver-namespace", env = "WASMOP_SCALING_RESOLVER_NAMESPACE")]
@@ -64,13 +64,6 @@ impl Default for Options {
             resolver_port: 8012,
         }
     }
-}
-
-/// Parses a positive duration such as `30s`, `500ms` or `1m` (a Go duration).
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = crate::schedule::parse_duration(s)?;
-    d.try_into()
-        .map_err(|_| format!("{s:?} is not a positive duration"))
 }
 
 /// Why a reconcile of an ElasticService failed.
@@ -146,18 +139,5 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
     tokio::select! {
         r = controller::run(scaling.clone(), controller, poll_rx) => r,
         r = poller::run(scaling, store, poll_tx) => r,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn poll_intervals() {
-        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("soon").is_err());
     }
 }

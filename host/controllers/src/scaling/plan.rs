@@ -1,5 +1,5 @@
 //! The objects an ElasticService owns and the mode it is in, as pure functions of what the
-//! controller read (docs/scaling.md, "Serve mode").
+//! controller read (docs/scaling.md, "Modes").
 //!
 //! - The **private Service** `<public>-pvt-<hash10>` ([`private_service`]) copies the public
 //!   Service's selector and ports (no node ports, type `ClusterIP`); the resolver forwards to
