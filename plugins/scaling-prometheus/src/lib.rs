@@ -1,7 +1,7 @@
 //! The default `scaling` plugin: votes for one ElasticService trigger of type `prometheus`.
 //!
 //! Each vote makes two Prometheus instant queries (`GET <serverAddress>/api/v1/query`), as the
-//! upstream poller does (docs/scaling.md, "Poller"):
+//! upstream poller does (docs/scaling.md, "Scaling up and down"):
 //!
 //! 1. The health query [`health_query`]: `min_over_time((max(up{<uptimeFilter>}) or vector(0))[<cooldown>s:])`.
 //!    Unless it equals exactly 1 (the scrape target selected by `uptimeFilter` was up for the

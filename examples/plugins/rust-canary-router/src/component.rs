@@ -1,17 +1,9 @@
 //! Export glue for the `router` world (wasmop-plugin-sdk bindings).
-use wasmop_plugin_sdk::router::wasmop::plugin::log::{Level, log};
 use wasmop_plugin_sdk::router::wasmop::plugin::routing::StringMatch;
-use wasmop_plugin_sdk::router::wasmop::plugin::types::Hook;
-use wasmop_plugin_sdk::router::{Guest, PluginError, PluginInfo, RouteRequest, RouteResponse};
+use wasmop_plugin_sdk::router::{Guest, RouteRequest, RouteResponse};
+use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
 struct Plugin;
-
-fn err(message: String, field: Option<&str>) -> PluginError {
-    PluginError {
-        message,
-        field: field.map(str::to_owned),
-    }
-}
 
 fn istio(v: StringMatch) -> serde_json::Value {
     match v {
@@ -23,23 +15,19 @@ fn istio(v: StringMatch) -> serde_json::Value {
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo {
-            name: "canary-router".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            hook: Hook::Routing,
-        }
+        PluginInfo::new("canary-router", env!("CARGO_PKG_VERSION"), Hook::Routing)
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {
         crate::Settings::parse(&settings)
             .map(drop)
-            .map_err(|(m, f)| err(m, Some(f)))
+            .map_err(|(m, f)| PluginError::at(f, m))
     }
 
     fn route(settings: String, request: RouteRequest) -> Result<RouteResponse, PluginError> {
-        let settings = crate::Settings::parse(&settings).map_err(|(m, f)| err(m, Some(f)))?;
+        let settings = crate::Settings::parse(&settings).map_err(|(m, f)| PluginError::at(f, m))?;
         let vs: serde_json::Value = serde_json::from_str(&request.virtual_service)
-            .map_err(|e| err(format!("not JSON: {e}"), Some("request.virtual-service")))?;
+            .map_err(|e| PluginError::at("request.virtual-service", format!("not JSON: {e}")))?;
         let req = crate::Request {
             unique_name: request.unique_name,
             subset: request.subset,
@@ -65,19 +53,17 @@ impl Guest for Plugin {
             route_prefix: request.route_prefix,
         };
         let http = crate::route(&req, &vs, &settings)
-            .map_err(|e| err(e, Some("request.virtual-service")))?;
-        log(
-            Level::Debug,
-            &format!(
-                "{}: {} routes, {}% canary to subset {}",
-                request.dynamic_env,
-                http.len(),
-                settings.percent,
-                req.subset
-            ),
+            .map_err(|e| PluginError::at("request.virtual-service", e))?;
+        wasmop_plugin_sdk::log!(
+            Debug,
+            "{}: {} routes, {}% canary to subset {}",
+            request.dynamic_env,
+            http.len(),
+            settings.percent,
+            req.subset
         );
         let http = serde_json::to_string(&http)
-            .map_err(|e| err(format!("cannot serialize the routes: {e}"), None))?;
+            .map_err(|e| PluginError::new(format!("cannot serialize the routes: {e}")))?;
         Ok(RouteResponse { http })
     }
 }
