@@ -29,7 +29,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::FIELD_MANAGER;
+/// Field manager of every write and the Event reporter name of the operator.
+pub const FIELD_MANAGER: &str = "wasmop";
 
 /// Why a write was not made.
 #[derive(Debug, thiserror::Error)]

@@ -22,10 +22,8 @@ use kube::runtime::events::Reporter;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 
+pub use gate::FIELD_MANAGER;
 use gate::{WriteGate, Writer};
-
-/// Field manager of every write and the Event reporter name of the operator.
-pub const FIELD_MANAGER: &str = "wasmop";
 
 /// Where the operator runs and what it watches (flags of `wasmop run`).
 #[derive(Clone, Debug, PartialEq, Eq)]

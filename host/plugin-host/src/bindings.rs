@@ -56,3 +56,12 @@ pub mod dr {
 
 pub use router::wasmop::plugin::log::Level as LogLevel;
 pub use router::wasmop::plugin::types::{Hook as WitHook, PluginError, PluginInfo};
+
+pub use dr::wasmop::plugin::dr::{
+    Action as LeaseAction, LeaseRecord, State as DrState, StateDecision, StateRequest,
+};
+pub use restart::wasmop::plugin::restart::{PodDecision, RestartRequest};
+pub use router::wasmop::plugin::routing::{
+    HeaderMatch, IstioMatch, Label, RouteRequest, RouteResponse, StringMatch,
+};
+pub use scaler::wasmop::plugin::scaling::{TriggerRequest, TriggerVote, Vote};

@@ -1,6 +1,6 @@
 //! The default plugins, embedded in the binary and served as `builtin://NAME`.
 
-use super::Hook;
+use crate::spec::Hook;
 
 /// A default plugin compiled into the binary.
 #[derive(Clone, Copy, Debug)]

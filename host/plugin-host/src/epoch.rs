@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use wasmtime::Engine;
 
-use super::EPOCH_TICK;
+/// Interval of the epoch ticker; time limits are rounded up to it.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Shared between the ticker thread and the calls.
 #[derive(Default)]

@@ -5,7 +5,7 @@
 //! poll, so that default opens two connections to the same server per trigger every poll, each
 //! left in `TIME_WAIT`. KubeElasti's Prometheus scaler queries with a Go `http.Client` on the
 //! default transport, which keeps connections alive, and so does this pool: hyper's pooled
-//! client, shared by every call of a [`super::PluginRuntime`], keyed by scheme and authority. A
+//! client, shared by every call of a `PluginRuntime`, keyed by scheme and authority. A
 //! connection is reused only by a request to the same scheme and authority, which the sandbox
 //! lets through only when that authority is granted to the calling plugin.
 //!

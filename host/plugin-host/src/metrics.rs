@@ -1,6 +1,6 @@
-//! The plugin host's metrics. A [`PluginRuntime`](crate::PluginRuntime) owns one
+//! The plugin host's metrics. A `PluginRuntime` owns one
 //! [`PluginMetrics`] and records every call and load in it; the operator registers them into its
-//! process registry once ([`PluginRuntime::register_metrics`](crate::PluginRuntime::register_metrics)).
+//! process registry once (`PluginRuntime::register_metrics`).
 //!
 //! | metric (after the registry's `wasmop_` prefix) | type | labels |
 //! |---|---|---|
@@ -23,9 +23,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::PluginSpec;
-use crate::registry::PluginStatus;
 use crate::sandbox::MemoryUse;
+use crate::spec::{Hook, PluginSpec};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -167,47 +166,37 @@ impl PluginMetrics {
             .inc();
     }
 
-    /// Sets the registry gauges from its entries' readiness and its configuration error
-    /// ([`Registry::statuses`](crate::registry::Registry::statuses)): `wasmop_plugin_ready` per
-    /// entry, removing entries that left the registry, and
+    /// Sets the registry gauges from its entries, each `(name, hook, ready)`, and whether its
+    /// configuration is in use (the registry's statuses after a reload): `wasmop_plugin_ready`
+    /// per entry, removing entries that left the registry, and
     /// `wasmop_plugins_config_last_reload_successful`, as Prometheus' own
     /// `prometheus_config_last_reload_successful`.
-    pub fn registry_state(&self, statuses: &[PluginStatus], config_error: Option<&str>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn registry_state<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, Option<Hook>, bool)>,
+        config_in_use: bool,
+    ) {
+        let mut known = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let mut now = BTreeSet::new();
-        for status in statuses {
+        for (name, hook, ready) in entries {
             let labels = PluginLabels {
-                plugin: status.name.clone(),
-                hook: status.hook.map_or("", |h| h.as_str()).to_owned(),
+                plugin: name.to_owned(),
+                hook: hook.map_or("", |h| h.as_str()).to_owned(),
             };
-            self.ready
-                .get_or_create(&labels)
-                .set(i64::from(status.ready));
+            self.ready.get_or_create(&labels).set(i64::from(ready));
             now.insert(labels);
         }
-        for gone in entries.difference(&now) {
+        for gone in known.difference(&now) {
             self.ready.remove(gone);
         }
-        *entries = now;
-        self.config_valid.set(i64::from(config_error.is_none()));
+        *known = now;
+        self.config_valid.set(i64::from(config_in_use));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Hook;
-
-    fn status(name: &str, ready: bool) -> PluginStatus {
-        PluginStatus {
-            name: name.into(),
-            hook: Some(Hook::Routing),
-            ready,
-            reason: if ready { "Loaded" } else { "LoadFailed" }.into(),
-            message: String::new(),
-            serving_digest: None,
-        }
-    }
 
     /// The sample lines of `registry` that start with `prefix`, sorted.
     fn lines(registry: &Registry, prefix: &str) -> Vec<String> {
@@ -227,7 +216,13 @@ mod tests {
         let mut registry = Registry::with_prefix("wasmop");
         let metrics = PluginMetrics::default();
         metrics.register(&mut registry);
-        metrics.registry_state(&[status("a", true), status("b", false)], None);
+        metrics.registry_state(
+            [
+                ("a", Some(Hook::Routing), true),
+                ("b", Some(Hook::Routing), false),
+            ],
+            true,
+        );
         assert_eq!(
             lines(&registry, "wasmop_plugin_ready{"),
             [
@@ -241,7 +236,7 @@ mod tests {
         );
 
         // b recovers, a leaves the registry, and the ConfigMap turns invalid.
-        metrics.registry_state(&[status("b", true)], Some("invalid"));
+        metrics.registry_state([("b", Some(Hook::Routing), true)], false);
         assert_eq!(
             lines(&registry, "wasmop_plugin_ready{"),
             ["wasmop_plugin_ready{plugin=\"b\",hook=\"routing\"} 1"]

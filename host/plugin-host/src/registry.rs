@@ -19,7 +19,11 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use super::{Hook, LoadError, Plugin, PluginRuntime, PluginSpec, builtin};
+use crate::builtin;
+use crate::error::LoadError;
+use crate::plugin::Plugin;
+use crate::runtime::PluginRuntime;
+use crate::spec::{Hook, PluginSpec};
 
 /// Entries a reload or retry fetches and compiles at a time.
 pub const CONCURRENT_LOADS: usize = 4;
@@ -476,9 +480,10 @@ impl Registry {
     /// receiver. The operator calls it after each reload.
     pub fn reloaded(&self) {
         let (statuses, config_error) = self.statuses();
-        self.runtime
-            .metrics()
-            .registry_state(&statuses, config_error.as_deref());
+        self.runtime.metrics().registry_state(
+            statuses.iter().map(|s| (s.name.as_str(), s.hook, s.ready)),
+            config_error.is_none(),
+        );
         self.loaded
             .store(true, std::sync::atomic::Ordering::Relaxed);
         self.reloads.send_modify(|n| *n += 1);
@@ -915,7 +920,7 @@ defaults: { routing: istio-routing, scaling: custom }
         assert_eq!(c.plugins[0].limits.memory_mib, 32);
         assert_eq!(
             c.plugins[0].failure_policy,
-            super::super::FailurePolicy::Ignore
+            crate::spec::FailurePolicy::Ignore
         );
         assert_eq!(c.defaults[&Hook::Scaling], "custom");
         let names: Vec<_> = c.effective_plugins().into_iter().map(|p| p.name).collect();

@@ -11,7 +11,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use super::bindings::LogLevel;
 use super::bindings::router::wasmop::plugin::log;
 use super::http_pool::HttpPool;
-use super::{Grants, Limits};
+use crate::spec::{Grants, Limits};
 
 /// Longest log line kept from a plugin, in bytes.
 pub(crate) const MAX_LOG_LINE: usize = 4 * 1024;

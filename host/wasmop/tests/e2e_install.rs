@@ -179,17 +179,7 @@ fn the_chart_renders_alerts_on_the_registry_gauges() {
     let metrics = wasmop_plugin_host::metrics::PluginMetrics::default();
     let mut registry = prometheus_client::registry::Registry::with_prefix("wasmop");
     metrics.register(&mut registry);
-    metrics.registry_state(
-        &[wasmop_plugin_host::registry::PluginStatus {
-            name: "x".into(),
-            hook: Some(wasmop_plugin_host::Hook::Routing),
-            ready: true,
-            reason: "Loaded".into(),
-            message: String::new(),
-            serving_digest: None,
-        }],
-        None,
-    );
+    metrics.registry_state([("x", Some(wasmop_plugin_host::Hook::Routing), true)], true);
     let mut exported = String::new();
     prometheus_client::encoding::text::encode(&mut exported, &registry).unwrap();
     for (alert, metric) in [

@@ -40,6 +40,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+use super::error::Error;
+use super::options::Options;
 use super::owners::{Inspection, Marker, Owner, OwnerKind, Owners, Rollout, pod_ref};
 use super::plan::{
     self, Admission, Chunk, Overlap, PodOwner, PodSetKind, Selection, TargetState, WarningKind,
@@ -47,7 +49,6 @@ use super::plan::{
 };
 use super::pods::{PodPager, page_json};
 use super::status::{self, Gateway, Next, Outcome, Sidecars};
-use super::{Error, Options};
 use crate::Context;
 use wasmop_api::proxyrestartpolicy::{
     DesiredProxy, GatewaySettings, ProxyRestartPolicy, ProxyRestartPolicyStatus, RestartSummary,

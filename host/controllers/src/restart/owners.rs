@@ -32,11 +32,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::plan::{self, PodSetKind, WorkloadKind};
-use super::{
+use super::annotations::{
     GATEWAY_CONFIG_ANNOTATION, RESTART_CONFIG_ANNOTATION, RESTARTED_AT_ANNOTATION,
     RESTARTED_BY_ANNOTATION,
 };
+use super::plan::{self, PodSetKind, WorkloadKind};
 use wasmop_kernel::gate::{WriteError, Writer};
 
 /// Attempts of one rollout patch (conflicts and transient errors are retried).

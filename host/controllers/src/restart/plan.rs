@@ -15,7 +15,9 @@ use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 use sha2::{Digest, Sha256};
 
-use super::{EXCLUDE_ANNOTATION, RESTART_CONFIG_ANNOTATION, SIDECAR_STATUS_ANNOTATION};
+use super::annotations::{
+    EXCLUDE_ANNOTATION, RESTART_CONFIG_ANNOTATION, SIDECAR_STATUS_ANNOTATION,
+};
 use crate::schedule::{last_start, parse_duration};
 use wasmop_api::proxyrestartpolicy::{
     DesiredProxy, GatewaySettings, MaintenanceWindow, ProxyRestartPolicy, StatsMatcher,

@@ -51,8 +51,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::clone;
+use super::error::Error;
 use super::ir;
 use super::istio::{self, DestinationRule, VirtualService};
+use super::names;
 use super::plan::{
     Chain, Change, Interest, Plan, PlanConfig, Write, fingerprint_base,
     fingerprint_destination_rule, fingerprint_service, fingerprint_virtual_service, plan,
@@ -60,7 +62,6 @@ use super::plan::{
 };
 use super::router::{Router, Unavailable, WasmRouter};
 use super::snapshot::Snapshot;
-use super::{Error, names};
 use crate::Context;
 use wasmop_api::dynamicenv::{DynamicEnv, DynamicEnvStatus, StatusError};
 use wasmop_kernel::conditions;

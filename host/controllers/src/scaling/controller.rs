@@ -42,9 +42,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
+use super::error::Error;
+use super::options::Options;
 use super::plan::{self, Mode, SERVICE_NAME_LABEL};
 use super::target::{self, Target};
-use super::{Error, Options};
 use crate::Context;
 use wasmop_api::elasticservice::{
     DEMAND_ANNOTATION, ElasticService, ElasticServiceStatus, TriggerVoteStatus,

@@ -18,12 +18,13 @@
 
 pub mod controller;
 pub mod decide;
+pub mod error;
+pub mod options;
 pub mod plan;
 pub mod poller;
 pub mod target;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::Api;
 use kube::api::ListParams;
@@ -31,94 +32,8 @@ use kube::runtime::controller::{Config, Controller};
 use wasmop_api::elasticservice::ElasticService;
 
 use crate::Context;
-use wasmop_kernel::gate::WriteError;
-
-/// Options of the scaling controller (flags of `wasmop run`).
-#[derive(Clone, Debug, clap::Args)]
-pub struct Options {
-    /// How often the trigger poller asks the scaler plugin for every trigger's vote (e.g.
-    /// `30s`, `500ms`, `1m`).
-    #[arg(long = "poll-interval", env = "WASMOP_SCALING_POLL_INTERVAL", default_value = "30s", value_parser = crate::schedule::parse_interval)]
-    pub poll_interval: Duration,
-    /// Namespace of the resolver pods; the operator namespace (`--namespace`) when unset.
-    #[arg(long = "resolver-namespace", env = "WASMOP_SCALING_RESOLVER_NAMESPACE")]
-    pub resolver_namespace: Option<String>,
-    /// Label selector of the resolver pods whose IPs the public Services point at in proxy mode.
-    #[arg(
-        long = "resolver-selector",
-        env = "WASMOP_SCALING_RESOLVER_SELECTOR",
-        default_value = "app.kubernetes.io/name=wasmop-resolver"
-    )]
-    pub resolver_selector: String,
-    /// The resolver's proxy port: every port of a public Service is redirected to it.
-    #[arg(long = "resolver-port", env = "WASMOP_SCALING_RESOLVER_PORT", default_value_t = 8012, value_parser = clap::value_parser!(i32).range(1..=65535))]
-    pub resolver_port: i32,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            poll_interval: Duration::from_secs(30),
-            resolver_namespace: None,
-            resolver_selector: "app.kubernetes.io/name=wasmop-resolver".into(),
-            resolver_port: 8012,
-        }
-    }
-}
-
-/// Why a reconcile of an ElasticService failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A write was refused (passive instance) or failed.
-    #[error(transparent)]
-    Write(#[from] WriteError),
-    /// Reading an object failed.
-    #[error("cannot read {0}: {1}")]
-    Read(String, #[source] kube::Error),
-    /// The ElasticService or an object it names is unusable; the message says what to change.
-    #[error("{0}")]
-    Invalid(String),
-    /// The finalizer step failed.
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-}
-
-impl Error {
-    /// A stable label for `wasmop_reconcile_total{outcome}`.
-    pub(crate) fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Write(WriteError::Passive) => "passive",
-            Error::Write(_) => "write",
-            Error::Read(..) => "read",
-            Error::Invalid(_) => "invalid",
-            Error::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
-                _ => "finalizer",
-            },
-        }
-    }
-
-    /// Whether the finalizer step raced a newer version of the object (its JSON patch test
-    /// failed with 422, or 409): the cache was stale and a retry soon converges.
-    pub(crate) fn is_stale(&self) -> bool {
-        use kube::runtime::finalizer::Error as F;
-        match self {
-            Error::Finalizer(e) => matches!(
-                e.as_ref(),
-                F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s))
-                    if s.code == 422 || s.code == 409
-            ),
-            Error::Write(e) => e.is_conflict(),
-            _ => false,
-        }
-    }
-
-    /// Whether this is (or wraps) the passive gate's refusal.
-    pub(crate) fn is_passive(&self) -> bool {
-        self.metric_label() == "passive"
-    }
-}
+pub use error::Error;
+pub use options::Options;
 
 /// Runs the ElasticService controller and the poller with `opts` until one of them ends.
 ///

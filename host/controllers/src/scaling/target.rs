@@ -12,7 +12,7 @@ use kube::{Api, Client, CustomResource};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::Error;
+use super::error::Error;
 use wasmop_api::elasticservice::{AutoscalerRef, ScaleTargetRef};
 use wasmop_kernel::gate::Writer;
 

@@ -1,0 +1,57 @@
+//! Why a reconcile of a DynamicEnv failed, with the labels of its metrics.
+
+use wasmop_kernel::gate::WriteError;
+
+/// Why a reconcile of a DynamicEnv failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write was refused (passive instance) or failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// A VirtualService changed between the plan and the write (the JSON patch test failed):
+    /// the next reconcile plans again.
+    #[error("VirtualService {0} changed while its routes were written; planning again")]
+    Stale(String),
+    /// The finalizer step failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A stable label for `wasmop_reconcile_total{outcome}`.
+    pub(crate) fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Write(WriteError::Passive) => "passive",
+            Error::Write(e) if e.is_conflict() => "conflict",
+            Error::Write(_) => "write",
+            Error::Stale(_) => "stale",
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
+                _ => "finalizer",
+            },
+        }
+    }
+
+    /// Whether a retry soon is likely to succeed: a newer version of an object exists (409,
+    /// 422 from a JSON patch test or the finalizer's own test).
+    pub(crate) fn is_stale(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Stale(_) => true,
+            Error::Write(e) => e.is_conflict(),
+            Error::Finalizer(e) => match e.as_ref() {
+                F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)) => {
+                    s.code == 422 || s.code == 409
+                }
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.is_stale(),
+                _ => false,
+            },
+        }
+    }
+
+    /// Whether this is (or wraps) the passive gate's refusal.
+    pub(crate) fn is_passive(&self) -> bool {
+        self.metric_label() == "passive"
+    }
+}
