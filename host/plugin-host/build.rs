@@ -15,7 +15,11 @@ const PLUGINS: &[&str] = &[
 /// Test-only components, built alongside into the same directory
 /// (`<target>/plugins/wasm32-wasip2/plugin`, where the tests find them:
 /// `wasmop_tests::components_dir`).
-const FIXTURES: &[&str] = &["wasmop-hostile-fixture"];
+const FIXTURES: &[&str] = &[
+    "wasmop-hostile-fixture",
+    "wasmop-hostile-dr",
+    "wasmop-hostile-restart",
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

@@ -21,6 +21,14 @@
 //!   a peer's lease and takes over only once it expired.
 //! - `active` with action `none` keeps a lease this instance holds (without moving the hold),
 //!   opens the gate with the `none` backend (no shared record), and is refused otherwise.
+//! - **Every write is the host's to allow**, whatever the plugin answers ([`Machine::allowed`]):
+//!   `create` only when no record exists, `renew` only of a record this process wrote,
+//!   `takeover` only of a peer's record that has not changed for `y × x` on this instance's own
+//!   monotonic clock, counted from when it first read that record (as client-go's leader
+//!   election counts from its observed time), and no write at all over a record owned by
+//!   [`SKIP_LEASE_POD`]. A hostile or buggy state checker, or wall clocks skewed between
+//!   instances, can then never make two writers; a refused write is a `refused` tick and
+//!   changes nothing.
 //! - A failed read, plugin call or write changes nothing: a holder stays active until its hold
 //!   runs out, then becomes passive.
 
@@ -34,6 +42,9 @@ use super::config::DrConfig;
 use super::metrics;
 use wasmop_kernel::gate::WriteGate;
 use wasmop_plugin_host::{DrState, LeaseAction, LeaseRecord, StateDecision, StateRequest};
+
+/// The owner Admiral's operators write by hand to keep every instance passive.
+pub const SKIP_LEASE_POD: &str = "SKIP-LEASE-POD";
 
 /// Wall and monotonic time. Tests use tokio's paused clock plus an offset.
 pub trait Clock: Send + Sync {
@@ -148,6 +159,14 @@ pub enum TickOutcome {
     ReadFailed(String),
     /// The plugin gave no decision.
     PluginFailed(String),
+    /// The plugin asked for a write the host does not allow (see [`Machine::allowed`]);
+    /// nothing was written.
+    Refused {
+        /// The action the plugin chose.
+        action: LeaseAction,
+        /// Why the host refused it.
+        reason: String,
+    },
 }
 
 /// One instance's DR state machine over one backend and configuration.
@@ -166,6 +185,8 @@ pub struct Machine {
     last_attempt: Option<Attempt>,
     /// The last write that succeeded.
     last_written: Option<Attempt>,
+    /// The record last read and when this instance first read it unchanged (monotonic).
+    observed: Option<(Record, Instant)>,
 }
 
 impl Machine {
@@ -196,6 +217,7 @@ impl Machine {
             deadline: None,
             last_attempt: None,
             last_written: None,
+            observed: None,
         };
         m.publish(|s| s.reason = "starting: passive until a lease write succeeds".into());
         m
@@ -368,6 +390,12 @@ impl Machine {
             }
         };
         let record = read.as_ref().map(|o| &o.record);
+        let now = self.clock.now();
+        match (record, &self.observed) {
+            (Some(r), Some((seen, _))) if seen == r => {}
+            (Some(r), _) => self.observed = Some((r.clone(), now)),
+            (None, _) => self.observed = None,
+        }
         self.publish(|s| {
             s.holder = record.map(|r| r.owner.clone());
             s.holder_updated_ms = record.map(|r| r.updated_ms);
@@ -411,6 +439,16 @@ impl Machine {
                 return TickOutcome::PluginFailed(e);
             }
         };
+        if let Err(reason) = self.allowed(decision.action, read.as_ref().map(|o| &o.record), ours) {
+            metrics::tick("refused");
+            let action = action_label(decision.action);
+            tracing::warn!(identity = %self.identity, action, "DR: the state checker asked for a {action} the host does not allow: {reason}; nothing written");
+            self.publish(|s| s.error = Some(format!("{action} refused: {reason}")));
+            return TickOutcome::Refused {
+                action: decision.action,
+                reason,
+            };
+        }
         let outcome = self.act(decision, read.as_ref()).await;
         match &outcome {
             TickOutcome::Decided {
@@ -427,6 +465,61 @@ impl Machine {
             }
         }
         outcome
+    }
+
+    /// Whether the host allows `action` over `record` (the record just read; `ours`: this
+    /// process wrote it), whatever the state checker decided.
+    ///
+    /// # Errors
+    /// Why not, for the log, the metrics and `/dr`.
+    pub fn allowed(
+        &self,
+        action: LeaseAction,
+        record: Option<&Record>,
+        ours: bool,
+    ) -> Result<(), String> {
+        if !self.backend.shared() || action == LeaseAction::None {
+            return Ok(());
+        }
+        if let Some(r) = record
+            && r.owner == SKIP_LEASE_POD
+        {
+            return Err(format!(
+                "the lease is owned by {SKIP_LEASE_POD}, which keeps every instance passive"
+            ));
+        }
+        match (action, record) {
+            (LeaseAction::Create, None) => Ok(()),
+            (LeaseAction::Create, Some(r)) => Err(format!(
+                "the lease exists (owner {:?}): only an absent lease is created",
+                r.owner
+            )),
+            (LeaseAction::Renew, Some(_)) if ours => Ok(()),
+            (LeaseAction::Renew, _) => {
+                Err("only a lease this instance wrote itself is renewed".into())
+            }
+            (LeaseAction::Takeover, None) => Err("there is no lease to take over".into()),
+            (LeaseAction::Takeover, Some(r)) => {
+                let expiry = self.config.interval() * self.config.failure_threshold;
+                let unchanged = self
+                    .observed
+                    .as_ref()
+                    .filter(|(seen, _)| seen == r)
+                    .map(|(_, since)| self.clock.now().saturating_duration_since(*since));
+                match unchanged {
+                    Some(d) if d >= expiry => Ok(()),
+                    Some(d) => Err(format!(
+                        "the lease of {:?} has been unchanged for {} ms by this instance's clock, \
+                         less than y × x = {} ms",
+                        r.owner,
+                        d.as_millis(),
+                        expiry.as_millis()
+                    )),
+                    None => Err("the lease was not read unchanged before".into()),
+                }
+            }
+            (LeaseAction::None, _) => Ok(()),
+        }
     }
 
     async fn decide(

@@ -692,6 +692,185 @@ async fn a_shorter_hold_applies_to_the_current_lease() {
 }
 
 // -------------------------------------------------------------------------------------------
+/// A state checker that always claims the lease (a lease thief): its writes are the host's to
+/// allow.
+fn thief(action: LeaseAction) -> Fixed {
+    Fixed(Ok((DrState::Active, action)))
+}
+
+/// While the holder renews every x, a thief whose clock runs a minute ahead (by its wall clock
+/// the lease expired long ago) asks for a takeover, a renewal and a create every tick: the
+/// host refuses every one, writes nothing and never opens its gate.
+#[tokio::test(start_paused = true)]
+async fn a_lease_thief_never_writes_over_a_renewed_lease_whatever_its_clock_says() {
+    let shared = Shared::default();
+    let mut a = instance(&shared, "a", config(1, 3, 0), FakeClock::new());
+    let mut b = instance(&shared, "b", config(1, 3, 0), FakeClock::skewed(60_000));
+    a.tick().await;
+    for round in 0..30 {
+        tokio::time::advance(secs(0.5)).await;
+        let action = [
+            LeaseAction::Takeover,
+            LeaseAction::Renew,
+            LeaseAction::Create,
+        ][round % 3];
+        let out = b.machine.tick(&thief(action)).await;
+        assert!(
+            matches!(out, TickOutcome::Refused { action: a, .. } if a == action),
+            "round {round}: {out:?}"
+        );
+        assert!(
+            !b.gate.is_active(),
+            "round {round}: the thief's gate opened"
+        );
+        if round % 2 == 1 {
+            a.tick().await;
+        }
+    }
+    assert!(
+        shared.history().iter().all(|w| w.by == "a"),
+        "only the holder wrote: {:?}",
+        shared.history()
+    );
+    assert!(a.gate.is_active());
+}
+
+/// Once the holder stops, a takeover is allowed only after the record stayed unchanged for
+/// y × x on the taker's own monotonic clock, counted from its first read of that record: a
+/// wall clock a minute behind (or ahead) changes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_waits_y_x_of_the_takers_own_observation() {
+    for skew in [-60_000, 60_000] {
+        let shared = Shared::default();
+        let mut a = instance(&shared, "a", config(1, 3, 0), FakeClock::new());
+        let mut b = instance(&shared, "b", config(1, 3, 0), FakeClock::skewed(skew));
+        a.tick().await;
+        // `a` stops at once; `b` first reads the record now.
+        tokio::time::advance(secs(0.2)).await;
+        let first_read = Instant::now();
+        let took_over = loop {
+            let out = b.machine.tick(&thief(LeaseAction::Takeover)).await;
+            if b.gate.is_active() {
+                assert_eq!(
+                    out,
+                    TickOutcome::Decided {
+                        action: LeaseAction::Takeover,
+                        written: Some(Ok(()))
+                    }
+                );
+                break Instant::now();
+            }
+            assert!(
+                matches!(&out, TickOutcome::Refused { reason, .. } if reason.contains("unchanged")),
+                "{out:?}"
+            );
+            tokio::time::advance(secs(0.25)).await;
+        };
+        let waited = took_over - first_read;
+        assert!(
+            waited >= secs(3.0) && waited < secs(3.25),
+            "skew {skew}: took over {waited:?} after the first read"
+        );
+        assert!(!a.gate.is_active(), "the old holder's hold ran out first");
+    }
+}
+
+/// The same with a real component (tests/fixtures/hostile-dr, which claims the lease on every
+/// tick) called through the plugin host, as the DR loop calls it.
+#[tokio::test(start_paused = true)]
+async fn the_lease_thief_component_is_refused_by_the_host() {
+    use wasmop_plugin_host::{Hook, PluginRuntime, PluginSpec, RuntimeOptions};
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 1,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let file = wasmop_tests::components_dir().join("wasmop_hostile_dr.wasm");
+    let bytes = std::fs::read(&file).expect("the hostile-dr fixture is built by plugin-host");
+    let spec = PluginSpec::new("thief", Hook::Dr, &format!("file://{}", file.display()));
+    let thief = runtime
+        .load(&spec, &bytes)
+        .await
+        .expect("the fixture loads");
+
+    let shared = Shared::default();
+    let mut a = instance(&shared, "a", config(1, 3, 0), FakeClock::new());
+    let mut b = instance(&shared, "b", config(1, 3, 0), FakeClock::skewed(60_000));
+    a.tick().await;
+    for round in 0..10 {
+        tokio::time::advance(secs(1.0)).await;
+        a.tick().await;
+        let out = b.machine.tick(&thief).await;
+        assert!(
+            matches!(
+                out,
+                TickOutcome::Refused {
+                    action: LeaseAction::Takeover,
+                    ..
+                }
+            ),
+            "round {round}: {out:?}"
+        );
+        assert!(!b.gate.is_active());
+    }
+    assert!(shared.history().iter().all(|w| w.by == "a"));
+}
+
+/// A record someone changes (a renewal, a hand edit) starts the count again.
+#[tokio::test(start_paused = true)]
+async fn a_changed_record_starts_the_takeover_count_again() {
+    let shared = Shared::default();
+    let mut b = instance(&shared, "b", config(1, 3, 0), FakeClock::new());
+    let owner = |updated_ms| Record {
+        owner: "gone".into(),
+        updated_ms,
+        notes: String::new(),
+    };
+    shared.set(owner(0));
+    b.machine.tick(&thief(LeaseAction::Takeover)).await;
+    tokio::time::advance(secs(2.5)).await;
+    shared.set(owner(1));
+    tokio::time::advance(secs(0.1)).await;
+    b.machine.tick(&thief(LeaseAction::Takeover)).await;
+    tokio::time::advance(secs(2.9)).await;
+    let out = b.machine.tick(&thief(LeaseAction::Takeover)).await;
+    assert!(matches!(out, TickOutcome::Refused { .. }), "{out:?}");
+    tokio::time::advance(secs(0.1)).await;
+    let out = b.machine.tick(&thief(LeaseAction::Takeover)).await;
+    assert_eq!(
+        out,
+        TickOutcome::Decided {
+            action: LeaseAction::Takeover,
+            written: Some(Ok(()))
+        }
+    );
+}
+
+/// `SKIP-LEASE-POD` is the host's rule too: a state checker that wants the lease anyway is
+/// refused, however long the record stays.
+#[tokio::test(start_paused = true)]
+async fn skip_lease_pod_is_honoured_by_the_host() {
+    let shared = Shared::default();
+    let mut b = instance(&shared, "b", config(1, 3, 0), FakeClock::new());
+    shared.set(Record {
+        owner: super::machine::SKIP_LEASE_POD.into(),
+        updated_ms: 0,
+        notes: String::new(),
+    });
+    for _ in 0..10 {
+        let out = b.machine.tick(&thief(LeaseAction::Takeover)).await;
+        assert!(
+            matches!(&out, TickOutcome::Refused { reason, .. } if reason.contains("SKIP-LEASE-POD")),
+            "{out:?}"
+        );
+        tokio::time::advance(secs(1.0)).await;
+    }
+    assert!(shared.history().is_empty());
+    assert!(!b.gate.is_active());
+}
+
 // The run loop: settings from the registry, bad settings, reloads.
 
 mod run_loop {
