@@ -26,7 +26,9 @@ use wasmop_controllers::routing::{
     OutputFormat, PlanConfig, Router, Snapshot, WasmRouter, names, plan,
 };
 use wasmop_plugin_host::registry::{LocalFetch, Registry, RegistryConfig};
-use wasmop_plugin_host::{FailurePolicy, Hook, PluginRuntime, RouteRequest, RuntimeOptions};
+use wasmop_plugin_host::{
+    FailurePolicy, Hook, PluginRuntime, PluginSpec, RouteRequest, RuntimeOptions,
+};
 
 fn fixtures() -> PathBuf {
     wasmop_tests::repo_root().join("tests/fixtures/routing")
@@ -582,7 +584,8 @@ async fn failure_policy_fail_reports_the_error_and_ignore_leaves_the_virtual_ser
         .virtual_services[0]
         .error;
     assert!(
-        e.contains("changed routes of VirtualService bookinfo/reviews it does not own"),
+        e.contains("gave invalid output for VirtualService bookinfo/reviews")
+            && e.contains("changed routes it does not own"),
         "{e}"
     );
     assert!(
@@ -591,4 +594,66 @@ async fn failure_policy_fail_reports_the_error_and_ignore_leaves_the_virtual_ser
             .iter()
             .any(|w| matches!(w, Write::Routes { .. }))
     );
+}
+
+/// A hostile router component (tests/fixtures/hostile, settings `{"answer": KIND}`) answers
+/// routes it may not write: one that catches every request, one that mirrors the DynamicEnv's
+/// requests elsewhere, one that sends them to another service. Each is refused, whatever the
+/// entry's failurePolicy: the VirtualService keeps its routes and the DynamicEnv is degraded
+/// with the reason.
+#[tokio::test]
+async fn a_hostile_routers_answers_are_refused_and_the_virtual_service_is_left_as_it_was() {
+    let s = read(&fixtures().join("simple"));
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 2,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let file = wasmop_tests::components_dir().join("wasmop_hostile_fixture.wasm");
+    let bytes = std::fs::read(&file).expect("the hostile fixture is built by plugin-host");
+    for (kind, why) in [
+        ("catch-all", "has no match"),
+        ("mirror", "has a mirror"),
+        ("other-service", "to host payments"),
+    ] {
+        let mut spec = PluginSpec::new("hostile", Hook::Routing, "file:///hostile.wasm");
+        spec.settings = Some(json!({ "answer": kind }));
+        spec.failure_policy = FailurePolicy::Ignore;
+        let router: Arc<dyn Router> =
+            Arc::new(WasmRouter(runtime.load(&spec, &bytes).await.unwrap()));
+        let p = plan(&s, &router, &PlanConfig::default()).await;
+        let status = status_of(&p, "bookinfo/jason");
+        assert_eq!(status.state.as_deref(), Some("degraded"), "{kind}");
+        let e = &status.subsets_status["bookinfo/reviews"]
+            .subset_errors
+            .as_ref()
+            .unwrap_or_else(|| panic!("{kind}: no error"))
+            .virtual_services[0]
+            .error;
+        assert!(
+            e.contains("gave invalid output for VirtualService bookinfo/reviews")
+                && e.contains(why),
+            "{kind}: {e}"
+        );
+        assert!(
+            !p.writes.iter().any(|w| matches!(w, Write::Routes { .. })),
+            "{kind}: no route is written"
+        );
+        // Nor to a delegating root in another namespace (ingress/gateway delegates to
+        // bookinfo/reviews-delegate).
+        let delegates = read(&fixtures().join("delegates"));
+        let p = plan(&delegates, &router, &PlanConfig::default()).await;
+        let routes: Vec<_> = p
+            .writes
+            .iter()
+            .filter(|w| matches!(w, Write::Routes { .. }))
+            .collect();
+        assert!(routes.is_empty(), "{kind}: {routes:?}");
+        assert!(
+            p.status.values().all(|s| s.state.as_deref() == Some("degraded")),
+            "{kind}"
+        );
+    }
 }

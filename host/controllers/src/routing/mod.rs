@@ -15,6 +15,7 @@
 //! - [`router`]: the router behind a small trait (wasm component, native library, stand-in).
 //! - [`controller`]: the kube-runtime controller and the thin apply step.
 
+mod answer;
 pub mod clone;
 pub mod controller;
 pub mod error;

@@ -42,6 +42,7 @@ use kube::{Resource as _, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::answer;
 use super::clone::{self, CloneSpec, status};
 use super::ir::{self, Ir, RouteCallRecord};
 use super::istio::{self, DestinationRule, VirtualService};
@@ -747,19 +748,22 @@ pub(crate) async fn run_chain(
         let prefix = call.request.route_prefix.as_str();
         let mut request = call.request.clone();
         request.virtual_service = vs_json(vs, &http);
-        let answer = router.route(request).await.and_then(|out| {
-            let not_ours =
-                |r: &&Value| !istio::route_name(r).is_some_and(|n| n.starts_with(prefix));
-            if out.iter().filter(not_ours).eq(http.iter().filter(not_ours)) {
-                Ok(out)
-            } else {
-                Err(format!(
-                    "plugin {:?} changed routes of VirtualService {ns}/{name} it does not own: \
-                     every route not named {prefix}* must stay as it was, in order",
-                    router.name()
-                ))
-            }
-        });
+        let answer = match router.route(request).await {
+            Ok(out) => match answer::check(&call.request, ns, &http, &out) {
+                Ok(()) => Ok(out),
+                // Invalid output fails the call whatever the entry's failurePolicy says: a
+                // router that answers routes it may not write is broken, not unavailable.
+                Err(e) => Err((
+                    format!(
+                        "plugin {:?} gave invalid output for VirtualService {ns}/{name}: {e}; \
+                         the VirtualService is left as it was",
+                        router.name()
+                    ),
+                    FailurePolicy::Fail,
+                )),
+            },
+            Err(e) => Err((e, router.failure_policy())),
+        };
         outcomes.push(match answer {
             Ok(out) => {
                 let ours = |list: &[Value]| -> Vec<u64> {
@@ -785,10 +789,7 @@ pub(crate) async fn run_chain(
                 }
                 Outcome::Routed { routes }
             }
-            Err(message) => Outcome::Failed {
-                message,
-                policy: router.failure_policy(),
-            },
+            Err((message, policy)) => Outcome::Failed { message, policy },
         });
     }
     (http, outcomes)

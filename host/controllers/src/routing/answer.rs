@@ -1,0 +1,342 @@
+//! What the host checks in a router's answer before any of it is written: the plugin decides
+//! the routes of one DynamicEnv subset, and nothing else.
+//!
+//! - Every route not named with the request's route prefix is one of the input's routes,
+//!   unchanged and in the same relative order (the plugin owns only its own routes).
+//! - Every route named with the prefix
+//!   1. matches only requests of the DynamicEnv: each of its `match` entries carries every
+//!      header and source label condition of at least one of the DynamicEnv's `istioMatches`
+//!      (a route without `match` matches everything and is refused);
+//!   2. sends traffic only to the request's service with the DynamicEnv's subset: each
+//!      `route[].destination` names the request's host (short name in the VirtualService's
+//!      namespace, or `host.ns`, `host.ns.svc`, `host.ns.svc.cluster.local`) and its subset;
+//!   3. has a `mirror`, `mirrors`, `redirect`, `delegate` or `directResponse` only as one of the
+//!      input's routes has it, the same (a copy may keep what it copied, not add a new target).
+//!
+//! An answer that breaks any rule is invalid output: the VirtualService is left as it was and
+//! the DynamicEnv reports the reason (docs/routing.md, "Router answers").
+
+use serde_json::{Map, Value};
+use wasmop_plugin_host::{IstioMatch, RouteRequest, StringMatch};
+
+use super::istio::{route_name, service_of_host};
+
+/// The fields of an `HTTPRoute` that send a request somewhere other than `route[]`.
+const OTHER_TARGETS: [&str; 5] = [
+    "mirror",
+    "mirrors",
+    "redirect",
+    "delegate",
+    "directResponse",
+];
+
+/// Checks `answer`, the router's new `spec.http` for `request`, against `input`, the routes it
+/// was given, for a VirtualService in namespace `vs_namespace`.
+///
+/// # Errors
+/// The first rule the answer breaks, naming the route.
+pub(crate) fn check(
+    request: &RouteRequest,
+    vs_namespace: &str,
+    input: &[Value],
+    answer: &[Value],
+) -> Result<(), String> {
+    let prefix = request.route_prefix.as_str();
+    let owned = |r: &&Value| route_name(r).is_some_and(|n| n.starts_with(prefix));
+    if !answer
+        .iter()
+        .filter(|r| !owned(r))
+        .eq(input.iter().filter(|r| !owned(r)))
+    {
+        return Err(format!(
+            "it changed routes it does not own: every route not named {prefix}* must stay as \
+             it was, in order"
+        ));
+    }
+    for (i, route) in answer.iter().enumerate().filter(|(_, r)| owned(r)) {
+        let name = route_name(route).unwrap_or_default();
+        let at = |why: String| format!("route {name:?} (spec.http[{i}]) {why}");
+        let Value::Object(route) = route else {
+            return Err(at("is not an object".into()));
+        };
+        check_matches(route, &request.matches).map_err(at)?;
+        check_destinations(route, request, vs_namespace).map_err(at)?;
+        check_other_targets(route, input).map_err(at)?;
+    }
+    Ok(())
+}
+
+/// Rule 1: every `match` entry carries one of `matches` whole.
+fn check_matches(route: &Map<String, Value>, matches: &[IstioMatch]) -> Result<(), String> {
+    let entries = match route.get("match") {
+        Some(Value::Array(entries)) if !entries.is_empty() => entries,
+        _ => {
+            return Err(
+                "has no match: it would catch every request, not only the DynamicEnv's".into(),
+            );
+        }
+    };
+    for (j, entry) in entries.iter().enumerate() {
+        if !matches.iter().any(|m| carries(entry, m)) {
+            return Err(format!(
+                "match[{j}] carries none of the DynamicEnv's istioMatches: it would catch \
+                 requests that are not the DynamicEnv's"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the `match` entry `entry` has every header and source label condition of `m`.
+fn carries(entry: &Value, m: &IstioMatch) -> bool {
+    let headers = m.headers.iter().all(|h| {
+        entry
+            .get("headers")
+            .and_then(|hs| hs.get(&h.name))
+            .is_some_and(|v| *v == string_match(&h.value))
+    });
+    let labels = m.source_labels.iter().all(|l| {
+        entry
+            .get("sourceLabels")
+            .and_then(|ls| ls.get(&l.key))
+            .and_then(Value::as_str)
+            == Some(l.value.as_str())
+    });
+    headers && labels
+}
+
+/// Istio's JSON form of a string match: `{"exact": v}`, `{"prefix": v}` or `{"regex": v}`.
+fn string_match(m: &StringMatch) -> Value {
+    let (kind, v) = match m {
+        StringMatch::Exact(v) => ("exact", v),
+        StringMatch::Prefix(v) => ("prefix", v),
+        StringMatch::Regex(v) => ("regex", v),
+    };
+    Value::Object(Map::from_iter([(
+        kind.to_owned(),
+        Value::String(v.clone()),
+    )]))
+}
+
+/// Rule 2: every destination is the request's service and subset.
+fn check_destinations(
+    route: &Map<String, Value>,
+    request: &RouteRequest,
+    vs_namespace: &str,
+) -> Result<(), String> {
+    let Some(destinations) = route.get("route") else {
+        return Ok(());
+    };
+    let Value::Array(destinations) = destinations else {
+        return Err("has a `route` that is not a list".into());
+    };
+    let service = Some((request.namespace.clone(), request.host.clone()));
+    for (k, d) in destinations.iter().enumerate() {
+        let host = d.pointer("/destination/host").and_then(Value::as_str);
+        let subset = d.pointer("/destination/subset").and_then(Value::as_str);
+        if host.and_then(|h| service_of_host(h, vs_namespace)) != service {
+            return Err(format!(
+                "sends route[{k}] to host {}, not to {}.{}",
+                host.unwrap_or("(none)"),
+                request.host,
+                request.namespace
+            ));
+        }
+        if subset != Some(request.subset.as_str()) {
+            return Err(format!(
+                "sends route[{k}] to subset {}, not to the DynamicEnv's subset {}",
+                subset.unwrap_or("(none)"),
+                request.subset
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Rule 3: a mirror, redirect, delegation or direct response only as an input route has it.
+fn check_other_targets(route: &Map<String, Value>, input: &[Value]) -> Result<(), String> {
+    for field in OTHER_TARGETS {
+        if let Some(v) = route.get(field)
+            && !input.iter().any(|r| r.get(field) == Some(v))
+        {
+            return Err(format!(
+                "has a {field} that none of the VirtualService's routes has"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use wasmop_plugin_host::{HeaderMatch, Label};
+
+    const PREFIX: &str = "dynamic-environment-abc-";
+
+    fn request() -> RouteRequest {
+        RouteRequest {
+            dynamic_env: "shop/jason".into(),
+            unique_name: "reviews-shop-jason".into(),
+            subset: "shop-jason".into(),
+            host: "reviews".into(),
+            namespace: "shop".into(),
+            default_version: "shared".into(),
+            matches: vec![
+                IstioMatch {
+                    headers: vec![HeaderMatch {
+                        name: "end-user".into(),
+                        value: StringMatch::Exact("jason".into()),
+                    }],
+                    source_labels: vec![],
+                },
+                IstioMatch {
+                    headers: vec![],
+                    source_labels: vec![Label {
+                        key: "track".into(),
+                        value: "canary".into(),
+                    }],
+                },
+            ],
+            route_prefix: PREFIX.into(),
+            virtual_service: String::new(),
+        }
+    }
+
+    fn input() -> Vec<Value> {
+        vec![
+            json!({"name": "mirrored", "match": [{"uri": {"prefix": "/api"}}],
+                   "route": [{"destination": {"host": "reviews", "subset": "shared"}}],
+                   "mirror": {"host": "audit"}}),
+            json!({"name": "default", "route": [{"destination": {"host": "reviews", "subset": "shared"}}]}),
+        ]
+    }
+
+    /// A good copy of the default route for the first istioMatch.
+    fn copy() -> Value {
+        json!({"name": format!("{PREFIX}0"),
+               "match": [{"headers": {"end-user": {"exact": "jason"}}}],
+               "route": [{"destination": {"host": "reviews.shop.svc.cluster.local", "subset": "shop-jason"}}]})
+    }
+
+    fn answer_with(route: Value) -> Vec<Value> {
+        let mut out = vec![route];
+        out.extend(input());
+        out
+    }
+
+    #[test]
+    fn copies_of_the_default_plugins_shape_pass() {
+        let mut by_label = copy();
+        by_label["name"] = json!(format!("{PREFIX}1"));
+        by_label["match"] =
+            json!([{"uri": {"prefix": "/"}, "sourceLabels": {"track": "canary", "app": "x"}}]);
+        let mut answer = answer_with(copy());
+        answer.insert(1, by_label);
+        // A copy of the mirrored route keeps its mirror.
+        let mut mirrored = copy();
+        mirrored["name"] = json!(format!("{PREFIX}2"));
+        mirrored["mirror"] = json!({"host": "audit"});
+        answer.insert(2, mirrored);
+        assert_eq!(check(&request(), "shop", &input(), &answer), Ok(()));
+        assert_eq!(check(&request(), "shop", &input(), &input()), Ok(()));
+    }
+
+    #[test]
+    fn a_catch_all_route_is_refused() {
+        let mut route = copy();
+        route.as_object_mut().unwrap().remove("match");
+        let e = check(&request(), "shop", &input(), &answer_with(route)).unwrap_err();
+        assert!(e.contains("has no match"), "{e}");
+
+        let mut route = copy();
+        route["match"] =
+            json!([{"headers": {"end-user": {"exact": "jason"}}}, {"uri": {"prefix": "/"}}]);
+        let e = check(&request(), "shop", &input(), &answer_with(route)).unwrap_err();
+        assert!(e.contains("match[1] carries none"), "{e}");
+
+        // The right header name with another value, or another kind of match, is not the
+        // DynamicEnv's condition.
+        for header in [
+            json!({"exact": "bob"}),
+            json!({"prefix": "j"}),
+            json!({"regex": ".*"}),
+        ] {
+            let mut route = copy();
+            route["match"] = json!([{"headers": {"end-user": header}}]);
+            assert!(check(&request(), "shop", &input(), &answer_with(route)).is_err());
+        }
+    }
+
+    #[test]
+    fn traffic_goes_only_to_the_request_service_and_subset() {
+        for (dest, why) in [
+            (
+                json!({"host": "ratings", "subset": "shop-jason"}),
+                "host ratings",
+            ),
+            (
+                json!({"host": "reviews.other", "subset": "shop-jason"}),
+                "host reviews.other",
+            ),
+            (
+                json!({"host": "evil.example.com", "subset": "shop-jason"}),
+                "host evil",
+            ),
+            (
+                json!({"host": "reviews", "subset": "shared"}),
+                "subset shared",
+            ),
+            (json!({"host": "reviews"}), "subset (none)"),
+        ] {
+            let mut route = copy();
+            route["route"] = json!([{"destination": dest}]);
+            let e = check(&request(), "shop", &input(), &answer_with(route)).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+        // A short name names the service only in its own namespace.
+        let mut route = copy();
+        route["route"] = json!([{"destination": {"host": "reviews", "subset": "shop-jason"}}]);
+        assert_eq!(
+            check(&request(), "shop", &input(), &answer_with(route.clone())),
+            Ok(())
+        );
+        assert!(check(&request(), "gateway-ns", &input(), &answer_with(route)).is_err());
+    }
+
+    #[test]
+    fn new_mirrors_redirects_delegations_and_direct_responses_are_refused() {
+        for (field, value) in [
+            ("mirror", json!({"host": "exfiltrate.example.com"})),
+            (
+                "mirrors",
+                json!([{"destination": {"host": "exfiltrate.example.com"}}]),
+            ),
+            ("redirect", json!({"authority": "evil.example.com"})),
+            (
+                "delegate",
+                json!({"name": "other", "namespace": "kube-system"}),
+            ),
+            ("directResponse", json!({"status": 503})),
+        ] {
+            let mut route = copy();
+            route[field] = value;
+            let e = check(&request(), "shop", &input(), &answer_with(route)).unwrap_err();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn routes_of_others_must_stay_as_they_were() {
+        let mut answer = answer_with(copy());
+        answer[2]["route"][0]["destination"]["subset"] = json!("v2");
+        let e = check(&request(), "shop", &input(), &answer).unwrap_err();
+        assert!(e.contains("does not own"), "{e}");
+        let mut swapped = answer_with(copy());
+        swapped.swap(1, 2);
+        assert!(check(&request(), "shop", &input(), &swapped).is_err());
+        let dropped = vec![copy(), input()[1].clone()];
+        assert!(check(&request(), "shop", &input(), &dropped).is_err());
+    }
+}
