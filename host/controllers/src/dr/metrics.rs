@@ -5,7 +5,7 @@
 //! | `wasmop_dr_active` | gauge | 1 while this instance is active, else 0 |
 //! | `wasmop_dr_transitions_total` | counter | `to` (`active`, `passive`), `cause` |
 //! | `wasmop_dr_lease_writes_total` | counter | `backend`, `action` (`create`, `renew`, `takeover`), `outcome` (`ok`, `conflict`, `error`, `timeout`) |
-//! | `wasmop_dr_ticks_total` | counter | `outcome` (`ok`, `read_error`, `plugin_error`, `write_error`, `conflict`, `config_error`) |
+//! | `wasmop_dr_ticks_total` | counter | `outcome` (`ok`, `read_error`, `plugin_error`, `write_error`, `conflict`, `config_error`, `refused`: a write the host does not allow) |
 //! | `wasmop_dr_config_valid` | gauge | 1 while the DR settings are usable, else 0 |
 //!
 //! `cause` of a transition: `create`, `takeover`, `renew` (a lease this instance wrote earlier,
