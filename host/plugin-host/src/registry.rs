@@ -573,6 +573,12 @@ impl Registry {
         )
     }
 
+    /// Why the registry serves the builtin defaults instead of its ConfigMap (missing,
+    /// deleted or invalid), or `None` while the ConfigMap is in use.
+    pub fn fallback_reason(&self) -> Option<String> {
+        self.current.load().config_error.clone()
+    }
+
     /// Records that the ConfigMap could not be used (missing or malformed) and falls back to the
     /// builtin defaults, keeping every loaded builtin.
     pub async fn apply_fallback(&self, reason: String, fetch: &dyn Fetch) -> ReloadReport {

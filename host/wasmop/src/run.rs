@@ -65,6 +65,9 @@ pub(crate) struct RunOptions {
     /// Restart controller options.
     #[command(flatten)]
     pub restart: restart::Options,
+    /// DR loop options.
+    #[command(flatten)]
+    pub dr: dr::Options,
 }
 
 /// Runs the operator until SIGINT or SIGTERM.
@@ -110,7 +113,7 @@ pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
     tokio::select! {
         r = server => r.context("server failed")?,
         r = registry_watch::run(ctx.clone()) => r?,
-        r = dr::run(ctx.clone(), dr_status) => r.context("DR loop")?,
+        r = dr::run(ctx.clone(), dr_status, opts.dr.clone()) => r.context("DR loop")?,
         r = plugin_ready::run_all(ctx.clone(), &opts.controllers) => r?,
         r = only_if(runs(ControllerKind::Routing), routing::run(ctx.clone(), opts.routing.clone())) => r.context("routing controller")?,
         r = only_if(runs(ControllerKind::Scaling), scaling::run(ctx.clone(), opts.scaling.clone())) => r.context("scaling controller")?,

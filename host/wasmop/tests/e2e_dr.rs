@@ -466,3 +466,91 @@ async fn dynamodb_cut_off_and_sigkill_fail_over() {
     })
     .await;
 }
+
+/// Two installs share one DynamoDB lease, each with its own namespace and registry. Deleting
+/// the passive install's `wasmop-plugins` makes its registry fall back to the builtin defaults;
+/// its DR loop keeps the shared lease (passive, no Lease of its own), and so does a restart of
+/// it while the ConfigMap is still missing, told its backend by `--dr-backend`.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_deleted_registry_never_makes_a_second_writer() {
+    with_temp_ns("dr-registry", |client: Client, ns: String| async move {
+        let other = format!("{ns}-b");
+        kubectl_ok(&["create", "namespace", &other]);
+        install_crds();
+        install_operator_rbac();
+        bind_operator_namespace(&ns);
+        bind_operator_namespace(&other);
+        let moto = Moto::start(&ns).await;
+        create_table(&moto_client(&moto.endpoint).await, "admiral-lease").await;
+        let settings = json!({"dynamoDB": {"leaseName": "wasmop-e2e", "tableName": "admiral-lease",
+                                           "region": "us-east-1", "waitTimeInSeconds": X,
+                                           "failureThreshold": Y}});
+        registry(&client, &ns, settings.clone()).await;
+        registry(&client, &other, settings).await;
+        let mut env = MOTO_ENV.to_vec();
+        env.push(("AWS_ENDPOINT_URL_DYNAMODB", &moto.endpoint));
+        let kubeconfig = service_account_kubeconfig("wasmop-system", "wasmop");
+        let args = ["--dr-backend", "dynamodb"];
+        let mut a = start_operator(BIN, &ns, "dr-a", &kubeconfig, &args, &env).await;
+        a.wait_active(TIMEOUT).await;
+        let mut b = start_operator(BIN, &other, "dr-b", &kubeconfig, &args, &env).await;
+        wait_renewals(&b, "dr-a").await;
+
+        // B's registry is deleted: B falls back, keeps the shared lease, and stays passive.
+        Api::<ConfigMap>::namespaced(client.clone(), &other)
+            .delete("wasmop-plugins", &Default::default())
+            .await
+            .expect("delete B's registry");
+        eventually("b to keep its DR settings", TIMEOUT, async || {
+            dr_status(&b.addr)
+                .filter(|s| {
+                    s["registryError"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("last good"))
+                })
+                .map(|_| ())
+        })
+        .await;
+        let no_lease_in = |ns: &str| {
+            let out = wasmop_tests::kubectl()
+                .args(["get", "leases", "-n", ns, "-o", "name"])
+                .output()
+                .expect("kubectl");
+            String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        };
+        // Longer than a takeover would take (y·x plus a tick): nothing changes.
+        let until = Instant::now() + failover_bound() + MARGIN;
+        while Instant::now() < until {
+            assert_eq!(readonly_check(&b.addr), Some(502), "b became active");
+            assert_eq!(readonly_check(&a.addr), Some(200), "a stopped being active");
+            assert!(no_lease_in(&other), "b made a Lease of its own");
+            let s = dr_status(&b.addr).unwrap();
+            assert!(
+                s["backend"].as_str().unwrap().starts_with("DynamoDB"),
+                "{s}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+
+        // B restarts while its registry is still missing: passive, no Lease, no lease write.
+        drop(b);
+        b = start_operator(BIN, &other, "dr-b", &kubeconfig, &args, &env).await;
+        eventually("b to refuse to invent a backend", TIMEOUT, async || {
+            dr_status(&b.addr)
+                .filter(|s| {
+                    s["error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("--dr-backend"))
+                })
+                .map(|_| ())
+        })
+        .await;
+        assert_eq!(readonly_check(&b.addr), Some(502));
+        assert!(no_lease_in(&other));
+        assert_eq!(readonly_check(&a.addr), Some(200));
+        drop(b);
+        kubectl_ok(&["delete", "namespace", &other, "--wait=false"]);
+    })
+    .await;
+}

@@ -652,7 +652,9 @@ async fn a_hostile_routers_answers_are_refused_and_the_virtual_service_is_left_a
             .collect();
         assert!(routes.is_empty(), "{kind}: {routes:?}");
         assert!(
-            p.status.values().all(|s| s.state.as_deref() == Some("degraded")),
+            p.status
+                .values()
+                .all(|s| s.state.as_deref() == Some("degraded")),
             "{kind}"
         );
     }

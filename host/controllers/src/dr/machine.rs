@@ -120,6 +120,8 @@ pub struct StatusSnapshot {
     pub reason: String,
     /// The last error (config, read, plugin, write), cleared by a successful tick.
     pub error: Option<String>,
+    /// Why `wasmop-plugins` is not usable while the loop keeps its last good configuration.
+    pub registry_error: Option<String>,
 }
 
 /// The shared, latest [`StatusSnapshot`].

@@ -105,6 +105,37 @@ async fn status_json(State(status): State<Arc<Status>>) -> impl IntoResponse {
     Json(status.snapshot())
 }
 
+/// Options of the DR loop (flags of `wasmop run`).
+#[derive(Clone, Debug, Default, clap::Args)]
+#[group(skip)]
+pub struct Options {
+    /// The backend this install's registry names (`auto`: whatever it names, the builtin
+    /// default when there is none). With any other value an instance that starts without a
+    /// valid `wasmop-plugins` stays passive instead of falling back to a Lease of its own
+    /// beside the real holder; the chart sets it from `dr.settings.backend`.
+    #[arg(
+        long = "dr-backend",
+        env = "WASMOP_DR_BACKEND",
+        value_enum,
+        default_value_t
+    )]
+    pub backend: ExpectedBackend,
+}
+
+/// The DR backend an install expects ([`Options::backend`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExpectedBackend {
+    /// Whatever the registry names; the builtin default without a registry.
+    #[default]
+    Auto,
+    /// A Kubernetes Lease.
+    K8sLease,
+    /// Admiral's DynamoDB table.
+    Dynamodb,
+    /// No lease (a single instance).
+    None,
+}
+
 /// What the loop runs with: the entry's source and settings, and the identity they give.
 #[derive(Clone, Debug, PartialEq)]
 struct Applied {
@@ -118,9 +149,15 @@ struct Applied {
 /// in `wasmop-plugins` ([`config`]), so a reload changes them without a restart. `status` is
 /// what `/dr` and `/health/ready` show ([`router`]).
 ///
+/// Only a valid registry changes the DR configuration: while the registry serves the builtin
+/// defaults because `wasmop-plugins` is missing, deleted or invalid, the loop keeps the last
+/// good state checker and settings (a shared DynamoDB lease is not swapped for a Lease of this
+/// instance's own), and an instance that starts that way with `--dr-backend` other than `auto`
+/// stays passive until the registry is valid.
+///
 /// # Errors
 /// When the registry is gone.
-pub async fn run(ctx: Arc<Context>, status: Arc<Status>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>, status: Arc<Status>, opts: Options) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.wall_ms();
     let mut reloads = ctx.plugins.reloads();
@@ -132,9 +169,36 @@ pub async fn run(ctx: Arc<Context>, status: Arc<Status>) -> anyhow::Result<()> {
     }
     let mut machine: Option<Machine> = None;
     let mut applied: Option<Applied> = None;
+    // The state checker of the configuration applied last, kept while the registry falls back.
+    let mut last_good: Option<Arc<wasmop_plugin_host::Plugin>> = None;
     loop {
         reloads.mark_unchanged();
-        let plugin = match ctx.plugins.resolve(Hook::Dr, None) {
+        let resolved = match (ctx.plugins.fallback_reason(), &last_good) {
+            (Some(reason), Some(kept)) => {
+                let note = kept_note(&reason);
+                if status.snapshot().registry_error.as_ref() != Some(&note) {
+                    tracing::warn!("DR: {note}");
+                    status.update(|s| s.registry_error = Some(note));
+                }
+                Ok(kept.clone())
+            }
+            (Some(reason), None) if opts.backend != ExpectedBackend::Auto => {
+                let error = format!(
+                    "{CONFIGMAP_NAME} is not usable ({reason}) and this install's backend is \
+                     {:?} (--dr-backend): passive until the registry is valid, rather than \
+                     holding a lease of the builtin defaults beside the real holder",
+                    opts.backend
+                );
+                give_up(&ctx, &status, &mut machine, "config", &error).await;
+                wait_for_reload(&mut reloads).await?;
+                continue;
+            }
+            _ => {
+                status.update(|s| s.registry_error = None);
+                ctx.plugins.resolve(Hook::Dr, None)
+            }
+        };
+        let plugin = match resolved {
             Ok(p) => p,
             Err(e) => {
                 let error = format!("no usable DR state checker: {e}");
@@ -154,6 +218,7 @@ pub async fn run(ctx: Arc<Context>, status: Arc<Status>) -> anyhow::Result<()> {
                     metrics::config_valid(true);
                     configure(&ctx, &status, &mut machine, config, started_at, &clock).await;
                     applied = Some(now_applied);
+                    last_good = Some(plugin.clone());
                 }
                 Err(e) => {
                     metrics::config_valid(false);
@@ -189,6 +254,15 @@ pub async fn run(ctx: Arc<Context>, status: Arc<Status>) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// The error `/dr` shows while the registry falls back and the last good DR configuration
+/// stays in force.
+fn kept_note(reason: &str) -> String {
+    format!(
+        "{CONFIGMAP_NAME} is not usable ({reason}): DR keeps its last good state checker and \
+         settings until the registry is valid again"
+    )
 }
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {

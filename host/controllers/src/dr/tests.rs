@@ -916,7 +916,11 @@ mod run_loop {
     async fn bad_settings_leave_the_instance_passive_and_a_reload_fixes_them() {
         let ctx = context(&dr_entry("{waitTimeInSeconds: 0}")).await;
         let status = Arc::new(Status::default());
-        let task = tokio::spawn(super::super::run(ctx.clone(), status.clone()));
+        let task = tokio::spawn(super::super::run(
+            ctx.clone(),
+            status.clone(),
+            super::super::Options::default(),
+        ));
         until("the settings error", || {
             status
                 .snapshot()
@@ -961,6 +965,112 @@ mod run_loop {
                 .contains("tableName is required")
         );
         assert!(!task.is_finished(), "the loop never ends on bad settings");
+        task.abort();
+    }
+
+    /// A DynamoDB entry whose endpoint refuses connections: the backend the loop runs with
+    /// shows in `/dr` without any network.
+    const DYNAMODB: &str = "{dynamoDB: {tableName: admiral-lease, region: us-east-1, endpoint: 'http://127.0.0.1:1'}, waitTimeInSeconds: 1}";
+
+    async fn fall_back(ctx: &Context) {
+        ctx.plugins
+            .apply_fallback(
+                "ConfigMap wasmop-plugins was deleted".into(),
+                &LocalFetch::default(),
+            )
+            .await;
+        ctx.plugins.reloaded();
+    }
+
+    /// Deleting or breaking `wasmop-plugins` makes the registry serve the builtin defaults,
+    /// whose `dr-lease` would hold a Lease of this instance's own. The DR loop keeps the
+    /// shared DynamoDB lease it was configured with instead, until a valid registry says
+    /// otherwise.
+    #[tokio::test]
+    async fn a_missing_registry_never_changes_the_dr_backend() {
+        let ctx = context(&dr_entry(DYNAMODB)).await;
+        let status = Arc::new(Status::default());
+        let task = tokio::spawn(super::super::run(
+            ctx.clone(),
+            status.clone(),
+            super::super::Options::default(),
+        ));
+        until("the DynamoDB backend", || {
+            status
+                .snapshot()
+                .backend
+                .starts_with("DynamoDB table admiral-lease")
+        })
+        .await;
+
+        fall_back(&ctx).await;
+        until("the registry error shown", || {
+            status
+                .snapshot()
+                .registry_error
+                .is_some_and(|e| e.contains("was deleted") && e.contains("last good"))
+        })
+        .await;
+        // A few ticks later the backend is still the shared one.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(
+            status.snapshot().backend.starts_with("DynamoDB table"),
+            "{}",
+            status.snapshot().backend
+        );
+        assert!(!ctx.kernel.gate().is_active());
+
+        // A valid registry changes it.
+        reload(
+            &ctx,
+            "plugins:\n  - {name: solo, hook: dr, source: 'builtin://none'}\ndefaults: {dr: solo}\n",
+        )
+        .await;
+        until("the none backend", || ctx.kernel.gate().is_active()).await;
+        assert_eq!(status.snapshot().registry_error, None);
+        task.abort();
+    }
+
+    /// An instance that starts without a usable registry and is told its install uses a shared
+    /// backend stays passive rather than holding a Lease of the builtin defaults.
+    #[tokio::test]
+    async fn an_instance_starting_without_a_registry_stays_passive_when_told_its_backend() {
+        let ctx = crate::test_support::unreachable_context_as("solo");
+        fall_back(&ctx).await;
+        let status = Arc::new(Status::default());
+        let opts = super::super::Options {
+            backend: super::super::ExpectedBackend::Dynamodb,
+        };
+        let task = tokio::spawn(super::super::run(ctx.clone(), status.clone(), opts));
+        until("the refusal", || {
+            status
+                .snapshot()
+                .error
+                .is_some_and(|e| e.contains("--dr-backend") && e.contains("was deleted"))
+        })
+        .await;
+        assert_eq!(status.snapshot().state, "passive");
+        assert!(
+            !status.snapshot().backend.starts_with("Lease"),
+            "no Lease of its own: {}",
+            status.snapshot().backend
+        );
+
+        // With `auto` the builtin default applies, as on a fresh install.
+        task.abort();
+        let status = Arc::new(Status::default());
+        let task = tokio::spawn(super::super::run(
+            ctx.clone(),
+            status.clone(),
+            super::super::Options::default(),
+        ));
+        until("the builtin Lease", || {
+            status
+                .snapshot()
+                .backend
+                .starts_with("Lease wasmop-system/")
+        })
+        .await;
         task.abort();
     }
 }
