@@ -173,7 +173,10 @@ async fn sync_all<K: UsesPlugin>(ctx: &Context, store: &Store<K>) {
 }
 
 async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K) {
-    let status = ctx.plugins.status(K::HOOK, obj.plugin_name());
+    let namespace = obj.namespace();
+    let status = ctx
+        .plugins
+        .status_for(K::HOOK, obj.plugin_name(), namespace.as_deref());
     let previous = obj.conditions();
     let wanted = condition(&status, obj.meta().generation, previous);
     if conditions::unchanged(conditions::find(previous, PLUGIN_READY), &wanted) {

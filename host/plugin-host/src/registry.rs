@@ -81,6 +81,14 @@ impl RegistryConfig {
             seen.entry(b.name.to_owned()).or_insert(b.hook);
         }
         for (hook, name) in &self.defaults {
+            if let Some(p) = self.plugins.iter().find(|p| &p.name == name)
+                && p.allowed_namespaces.is_some()
+            {
+                return Err(format!(
+                    "{CONFIGMAP_KEY}: defaults.{hook}: {name} sets allowedNamespaces, but a \
+                     default serves resources of every namespace"
+                ));
+            }
             match seen.get(name) {
                 None => {
                     return Err(format!(
@@ -414,6 +422,14 @@ impl Snapshot {
     }
 }
 
+/// Where a resource asking for a plugin is, for messages.
+fn place(namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) => format!("in namespace {ns}"),
+        None => "by a cluster-scoped resource".into(),
+    }
+}
+
 /// What a reload did, for logs and the ConfigMap's Events.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ReloadReport {
@@ -431,6 +447,14 @@ pub enum ResolveError {
     /// No entry with that name.
     #[error("no plugin named {0:?} in {CONFIGMAP_NAME}")]
     NotFound(String),
+    /// The entry's `allowedNamespaces` does not include the resource's namespace.
+    #[error("plugin {name:?} may not be used {place}: its allowedNamespaces does not include it")]
+    NotAllowed {
+        /// Entry name.
+        name: String,
+        /// Where the resource is, e.g. `in namespace a` or `by a cluster-scoped resource`.
+        place: String,
+    },
     /// The entry exists but implements another hook.
     #[error("plugin {name:?} is a {found} plugin; this resource needs a {want} plugin")]
     WrongHook {
@@ -511,11 +535,43 @@ impl Registry {
     /// # Errors
     /// [`ResolveError`] when the name is unknown, of another hook, or never loaded.
     pub fn resolve(&self, hook: Hook, name: Option<&str>) -> Result<Arc<Plugin>, ResolveError> {
+        self.resolve_with(hook, name, None)
+    }
+
+    /// [`Registry::resolve`] for a resource in `namespace` (`None`: a cluster-scoped one):
+    /// also [`ResolveError::NotAllowed`] when the entry's `allowedNamespaces` leaves it out.
+    ///
+    /// # Errors
+    /// [`ResolveError`].
+    pub fn resolve_for(
+        &self,
+        hook: Hook,
+        name: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Arc<Plugin>, ResolveError> {
+        self.resolve_with(hook, name, Some(namespace))
+    }
+
+    /// `requester`: `None` for the operator itself, `Some(namespace)` for a resource.
+    fn resolve_with(
+        &self,
+        hook: Hook,
+        name: Option<&str>,
+        requester: Option<Option<&str>>,
+    ) -> Result<Arc<Plugin>, ResolveError> {
         let snap = self.current.load();
         let name = snap.entry_name(hook, name);
         let Some(spec) = snap.specs.get(&name) else {
             return Err(ResolveError::NotFound(name));
         };
+        if let Some(namespace) = requester
+            && !spec.allows(namespace)
+        {
+            return Err(ResolveError::NotAllowed {
+                name,
+                place: place(namespace),
+            });
+        }
         if spec.hook != hook {
             return Err(ResolveError::WrongHook {
                 name,
@@ -550,6 +606,29 @@ impl Registry {
             status.ready = false;
             status.reason = "WrongHook".into();
             status.message = format!("it is a {found} plugin; this resource needs a {hook} plugin");
+        }
+        status
+    }
+
+    /// [`Registry::status`] for a resource in `namespace` (`None`: a cluster-scoped one):
+    /// `NotAllowed` (not ready) when the entry's `allowedNamespaces` leaves it out.
+    pub fn status_for(
+        &self,
+        hook: Hook,
+        name: Option<&str>,
+        namespace: Option<&str>,
+    ) -> PluginStatus {
+        let mut status = self.status(hook, name);
+        let snap = self.current.load();
+        if let Some(spec) = snap.specs.get(&status.name)
+            && !spec.allows(namespace)
+        {
+            status.ready = false;
+            status.reason = "NotAllowed".into();
+            status.message = format!(
+                "it may not be used {}: its allowedNamespaces does not include it",
+                place(namespace)
+            );
         }
         status
     }
@@ -955,6 +1034,62 @@ defaults: { routing: istio-routing, scaling: custom }
                  {name: a, hook: routing, source: 'builtin://routing-istio'}]"
             )
             .contains("plugins[1] (a): duplicate name")
+        );
+    }
+
+    /// An entry with `allowedNamespaces` serves resources of those namespaces only; a
+    /// resource elsewhere, or a cluster-scoped one, gets `NotAllowed` and no plugin to call.
+    /// The operator's own uses (DR, the CLI) are not resources and are not restricted, and a
+    /// restricted entry cannot be a default.
+    #[tokio::test]
+    async fn allowed_namespaces_limit_who_may_name_an_entry() {
+        let doc = "plugins:\n  - {name: team-a, hook: routing, source: 'builtin://routing-istio', allowedNamespaces: [a, a2]}\n";
+        let config = RegistryConfig::parse(doc).unwrap();
+        assert_eq!(
+            config.plugins[0].allowed_namespaces.as_deref(),
+            Some(&["a".to_owned(), "a2".to_owned()][..])
+        );
+        let runtime = PluginRuntime::new(crate::runtime::RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap();
+        let registry = Registry::new(runtime);
+        let report = registry.apply(config, &LocalFetch::default()).await;
+        assert!(report.failed.is_empty(), "{report:?}");
+
+        let name = Some("team-a");
+        assert!(
+            registry
+                .resolve_for(Hook::Routing, name, Some("a2"))
+                .is_ok()
+        );
+        for (namespace, place) in [
+            (Some("b"), "in namespace b"),
+            (None, "by a cluster-scoped resource"),
+        ] {
+            let e = registry
+                .resolve_for(Hook::Routing, name, namespace)
+                .unwrap_err();
+            assert!(matches!(e, ResolveError::NotAllowed { .. }), "{e}");
+            assert!(e.to_string().contains(place), "{e}");
+            let status = registry.status_for(Hook::Routing, name, namespace);
+            assert!(!status.ready);
+            assert_eq!(status.reason, "NotAllowed");
+            assert!(status.message.contains(place), "{}", status.message);
+        }
+        assert!(registry.status_for(Hook::Routing, name, Some("a")).ready);
+        // Entries without the field serve everyone.
+        assert!(registry.resolve_for(Hook::Routing, None, Some("b")).is_ok());
+        assert!(registry.resolve(Hook::Routing, name).is_ok());
+
+        let e =
+            RegistryConfig::parse(&format!("{doc}defaults: {{routing: team-a}}\n")).unwrap_err();
+        assert!(
+            e.contains("defaults.routing: team-a sets allowedNamespaces"),
+            "{e}"
         );
     }
 

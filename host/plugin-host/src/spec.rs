@@ -163,6 +163,11 @@ pub struct PluginSpec {
     /// What a failed call does to the reconcile.
     #[serde(default)]
     pub failure_policy: FailurePolicy,
+    /// The namespaces whose resources may name this entry in `spec.plugin`; every namespace
+    /// when unset. A resource elsewhere, or a cluster-scoped one, gets `PluginReady=False`
+    /// with reason `NotAllowed` and the entry is never called for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<Vec<String>>,
 }
 
 impl PluginSpec {
@@ -177,6 +182,17 @@ impl PluginSpec {
             limits: Limits::default(),
             grants: Grants::default(),
             failure_policy: FailurePolicy::Fail,
+            allowed_namespaces: None,
+        }
+    }
+
+    /// Whether a resource in `namespace` (`None`: a cluster-scoped resource) may use this entry
+    /// ([`PluginSpec::allowed_namespaces`]).
+    pub fn allows(&self, namespace: Option<&str>) -> bool {
+        match (&self.allowed_namespaces, namespace) {
+            (None, _) => true,
+            (Some(allowed), Some(ns)) => allowed.iter().any(|a| a == ns),
+            (Some(_), None) => false,
         }
     }
 

@@ -431,3 +431,49 @@ async fn degraded_with_the_reference_error_until_fixed_and_a_failing_router_fail
     })
     .await;
 }
+
+/// A registry entry limited by `allowedNamespaces` to another namespace serves no resource
+/// here: a DynamicEnv naming it gets `PluginReady=False` (`NotAllowed`) and is degraded, and the
+/// plugin is never called for it; a DynamicEnv beside it on the default router is routed.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn an_entry_allowed_only_elsewhere_is_not_called_for_a_resource_here() {
+    with_temp_ns("allowed-ns", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        let registry = "plugins:\n  - {name: team-x, hook: routing, source: 'builtin://routing-istio', allowedNamespaces: [team-x]}\n";
+        create(&client, &ns, json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "wasmop-plugins"},
+                                    "data": {"plugins.yaml": registry}}))
+        .await;
+        let operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        let mut restricted = dynamic_env("restricted", &ns, "jason", REVIEWS_V3, false);
+        restricted["spec"]["plugin"] = json!("team-x");
+        create(&client, &ns, restricted).await;
+        create(&client, &ns, dynamic_env("allowed", &ns, "bob", REVIEWS_V3, false)).await;
+        wait_state(&client, &ns, "allowed", "ready", TIMEOUT).await;
+        let de = wait_state(&client, &ns, "restricted", "degraded", TIMEOUT).await;
+        let cond = eventually("PluginReady=False (NotAllowed)", TIMEOUT, async || {
+            let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "restricted").await?;
+            de["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "PluginReady" && c["reason"] == "NotAllowed")
+                .cloned()
+        })
+        .await;
+        assert_eq!(cond["status"], "False");
+        assert!(
+            cond["message"].as_str().unwrap().contains(&format!("in namespace {ns}")),
+            "{cond}"
+        );
+        assert!(de["status"].to_string().contains("allowedNamespaces"), "{de}");
+        // Calls: the default router's, none of team-x's.
+        let (_, metrics) = wasmop_tests::http_get(&operator.addr, "/metrics").unwrap();
+        assert!(
+            metrics.contains(r#"wasmop_plugin_calls_total{plugin="routing-istio",hook="routing",outcome="ok"}"#),
+            "{metrics}"
+        );
+        assert!(!metrics.contains(r#"plugin="team-x",hook="routing",outcome"#), "{metrics}");
+    })
+    .await;
+}

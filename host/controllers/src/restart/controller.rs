@@ -661,7 +661,8 @@ impl<'a> Pass<'a> {
             .r
             .ctx
             .plugins
-            .resolve(Hook::Restart, self.policy.spec.plugin.as_deref())
+            // Cluster-scoped: an entry restricted to namespaces is not for it.
+            .resolve_for(Hook::Restart, self.policy.spec.plugin.as_deref(), None)
         {
             Ok(p) => p,
             Err(e) => return Ok(Err(format!("no restart plugin: {e}"))),

@@ -265,11 +265,11 @@ impl Routing {
 
     /// The router `de` uses: its `spec.plugin`, else the registry's default.
     fn router_for(&self, de: &DynamicEnv) -> Arc<dyn Router> {
-        match self
-            .ctx
-            .plugins
-            .resolve(Hook::Routing, de.spec.plugin.as_deref())
-        {
+        match self.ctx.plugins.resolve_for(
+            Hook::Routing,
+            de.spec.plugin.as_deref(),
+            de.metadata.namespace.as_deref(),
+        ) {
             Ok(p) => Arc::new(WasmRouter(p)),
             Err(e) => Arc::new(Unavailable {
                 name: de.spec.plugin.clone().unwrap_or_else(|| "(default)".into()),

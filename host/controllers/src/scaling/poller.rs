@@ -77,11 +77,11 @@ async fn poll(scaling: &Scaling, es: &ElasticService) {
         return;
     }
     let id = format!("{}/{}", es.namespace().unwrap_or_default(), es.name_any());
-    let (votes, policy) = match scaling
-        .ctx
-        .plugins
-        .resolve(Hook::Scaling, es.spec.plugin.as_deref())
-    {
+    let (votes, policy) = match scaling.ctx.plugins.resolve_for(
+        Hook::Scaling,
+        es.spec.plugin.as_deref(),
+        es.metadata.namespace.as_deref(),
+    ) {
         Err(e) => {
             let reason = format!("no scaler plugin: {e}");
             let votes = es
