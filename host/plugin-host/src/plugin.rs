@@ -28,8 +28,9 @@ impl PluginRuntime {
     /// run on tokio's blocking pool; the two calls as any call does.
     ///
     /// # Errors
-    /// A [`LoadError`] naming the plugin: a memory limit over what a pooled instance can
-    /// have, sha256 mismatch, not a component, wrong world or version, failed `info` or
+    /// A [`LoadError`] naming the plugin: a `grants.readOnlyDir` that does not resolve under the
+    /// plugin data root ([`PluginRuntime::set_plugin_data_root`]), a memory limit over what a
+    /// pooled instance can have, sha256 mismatch, not a component, wrong world or version, failed `info` or
     /// rejected settings.
     pub async fn load(
         self: &Arc<Self>,
@@ -37,6 +38,9 @@ impl PluginRuntime {
         bytes: &[u8],
     ) -> Result<Arc<Plugin>, LoadError> {
         let err = |message: String| LoadError::new(&spec.name, message);
+        // Its calls read the directory's real path, found under the plugin data root.
+        let resolved = self.resolve_grants(spec).await.map_err(err)?;
+        let spec = &*resolved;
         let most = POOLING_MAX_MEMORY >> 20;
         if self.pooled && spec.limits.memory_bytes() > POOLING_MAX_MEMORY {
             return Err(err(format!(

@@ -10,11 +10,12 @@ use wasmtime::{Config, Engine};
 
 use crate::bindings;
 use crate::cache::{CompileCache, Origin};
+use crate::data_root::DataRoot;
 use crate::epoch;
 use crate::http_pool;
 use crate::metrics;
 use crate::sandbox::Sandbox;
-use crate::spec::Hook;
+use crate::spec::{Hook, PluginSpec};
 use crate::world::WorldPre;
 
 /// The engine, linker, compile cache and call semaphore shared by all plugins.
@@ -40,6 +41,8 @@ pub struct PluginRuntime {
     pub(crate) compiles: Arc<Semaphore>,
     /// Calls, memory and loads ([`metrics`]).
     pub(crate) metrics: metrics::PluginMetrics,
+    /// Where `grants.readOnlyDir` must resolve ([`PluginRuntime::set_plugin_data_root`]).
+    pub(crate) data_root: std::sync::RwLock<DataRoot>,
 }
 
 /// Options for [`PluginRuntime::new`].
@@ -226,7 +229,49 @@ impl PluginRuntime {
             pres: Default::default(),
             compiles: Arc::new(Semaphore::new(1)),
             metrics: metrics::PluginMetrics::default(),
+            data_root: std::sync::RwLock::new(DataRoot::default()),
         }))
+    }
+
+    /// Sets the directory under which every `grants.readOnlyDir` must resolve, for the loads
+    /// that start from now on (`wasmop run --plugin-data-root`; by default
+    /// [`DEFAULT_PLUGIN_DATA_ROOT`](crate::data_root::DEFAULT_PLUGIN_DATA_ROOT)). A plugin
+    /// already loaded keeps the directory it was granted.
+    pub fn set_plugin_data_root(&self, root: DataRoot) {
+        *self.data_root.write().unwrap_or_else(|e| e.into_inner()) = root;
+    }
+
+    /// The directory under which every `grants.readOnlyDir` must resolve.
+    pub fn plugin_data_root(&self) -> DataRoot {
+        self.data_root
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `spec` with its `grants.readOnlyDir`, if any, replaced by the real path
+    /// [`DataRoot::resolve`] finds under the plugin data root: what the plugin's calls open
+    /// (again without following a symlink, `data_root::open_real_dir`). Resolved on the
+    /// blocking pool.
+    ///
+    /// # Errors
+    /// `grants.readOnlyDir "DIR": ` and [`DataRoot::resolve`]'s reason.
+    pub(crate) async fn resolve_grants<'s>(
+        &self,
+        spec: &'s PluginSpec,
+    ) -> Result<std::borrow::Cow<'s, PluginSpec>, String> {
+        let Some(dir) = spec.grants.read_only_dir.clone().filter(|d| !d.is_empty()) else {
+            return Ok(std::borrow::Cow::Borrowed(spec));
+        };
+        let root = self.plugin_data_root();
+        let shown = format!("grants.readOnlyDir {dir:?}");
+        let real = tokio::task::spawn_blocking(move || root.resolve(&dir))
+            .await
+            .map_err(|e| format!("{shown}: resolving it failed: {e}"))?
+            .map_err(|why| format!("{shown}: {why}"))?;
+        let mut resolved = spec.clone();
+        resolved.grants.read_only_dir = Some(real.display().to_string());
+        Ok(std::borrow::Cow::Owned(resolved))
     }
 
     /// The runtime's metrics: every call and load of its plugins is recorded there.
