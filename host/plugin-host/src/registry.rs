@@ -183,9 +183,7 @@ pub struct LocalFetch {
     pub extra_ca_pem: Option<Vec<u8>>,
 }
 
-/// Largest component accepted from a `file://` or `https://` source, in bytes (a
-/// `configmap://` one holds at most 1 MiB).
-pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
+pub use crate::runtime::MAX_COMPONENT_BYTES;
 /// The end of the message of a component over [`MAX_COMPONENT_BYTES`].
 const OVER_THE_LIMIT: &str = "over the 256 MiB (268435456 bytes) a component may have";
 
@@ -1001,6 +999,75 @@ fn short(digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reload whose entries need no compile (a settings change of a builtin: its component
+    /// is shared with the version serving) serves them within [`LOAD_WAIT`] while another
+    /// entry's compile holds the one compile permit (a large component compiling); that entry
+    /// is `Loading` meanwhile and loads once the permit is free.
+    #[tokio::test]
+    async fn a_settings_change_serves_while_another_entry_compiles() {
+        use crate::runtime::RuntimeOptions;
+        let runtime = PluginRuntime::new(RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap();
+        let registry = Registry::new(runtime.clone());
+        let fixture = wasmop_tests::components_dir().join("wasmop_hostile_fixture.wasm");
+        let digest = crate::sha256_hex(&std::fs::read(&fixture).unwrap());
+        let doc = |colour: &str, custom: bool| {
+            let mut yaml = format!(
+                "plugins:\n- {{name: quick, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{colour}}}}}\n"
+            );
+            if custom {
+                yaml.push_str(&format!(
+                    "- {{name: big, hook: routing, source: 'file://{}', sha256: {digest}}}\n",
+                    fixture.display()
+                ));
+            }
+            RegistryConfig::parse(&yaml).unwrap()
+        };
+        let fetch = LocalFetch::default();
+        let report = registry.apply(doc("first", false), &fetch).await;
+        assert!(report.failed.is_empty(), "{report:?}");
+
+        // A compile in progress: the permit is taken.
+        let compiling = runtime.compiles.clone().acquire_owned().await.unwrap();
+        let swaps = std::sync::Mutex::new(Vec::new());
+        let swapped = tokio::sync::Notify::new();
+        let on_swap = |loading: &[String]| {
+            swaps.lock().unwrap().push(loading.to_vec());
+            swapped.notify_one();
+        };
+        let started = tokio::time::Instant::now();
+        let (report, ()) = tokio::join!(
+            registry.apply_notifying(doc("second", true), &fetch, Some(LOAD_WAIT), &on_swap),
+            async {
+                tokio::time::timeout(LOAD_WAIT * 2, swapped.notified())
+                    .await
+                    .expect("an interim snapshot while an entry compiles");
+                let quick = registry.status(Hook::Routing, Some("quick"));
+                assert!(quick.ready, "served within the load wait: {quick:?}");
+                let serving = registry.resolve(Hook::Routing, Some("quick")).unwrap();
+                assert_eq!(
+                    serving.spec().settings,
+                    Some(serde_json::json!({"responseHeader": "x-second"}))
+                );
+                assert_eq!(
+                    registry.status(Hook::Routing, Some("big")).reason,
+                    "Loading"
+                );
+                drop(compiling);
+            },
+        );
+        assert!(started.elapsed() >= LOAD_WAIT);
+        assert_eq!(*swaps.lock().unwrap(), [["big"]]);
+        assert_eq!(report.loaded, ["big", "quick"], "{report:?}");
+        assert!(registry.status(Hook::Routing, Some("big")).ready);
+    }
 
     #[test]
     fn the_size_limit_is_said_as_it_is() {

@@ -1558,3 +1558,130 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
         "the bomb grew to {peak} bytes, under its 16 MiB limit"
     );
 }
+
+/// A core module of `functions` functions, each with `body` bytes of `nop` in its body.
+fn module(functions: usize, body: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let section = |id: u8, content: Vec<u8>, out: &mut Vec<u8>| {
+        out.push(id);
+        leb(content.len(), out);
+        out.extend(content);
+    };
+    let mut wasm = b"\0asm\x01\0\0\0".to_vec();
+    section(1, vec![1, 0x60, 0, 0], &mut wasm);
+    let mut funcs = Vec::new();
+    leb(functions, &mut funcs);
+    funcs.resize(funcs.len() + functions, 0);
+    section(3, funcs, &mut wasm);
+    let mut code = Vec::new();
+    leb(functions, &mut code);
+    for _ in 0..functions {
+        leb(body + 2, &mut code);
+        code.push(0);
+        code.resize(code.len() + body, 0x01);
+        code.push(0x0b);
+    }
+    section(10, code, &mut wasm);
+    wasm
+}
+
+/// A component whose code is over a compile limit (its functions, its code's bytes, its
+/// largest function) is refused before it is compiled, saying which limit and by how much.
+#[tokio::test]
+async fn code_over_the_compile_limits_is_refused_before_compiling() {
+    let rt = runtime();
+    let limits = wasmop_plugin_host::CompileLimits::default();
+    let refused = async |bytes: Vec<u8>| {
+        let spec = PluginSpec::new("big", Hook::Routing, "file:///big.wasm");
+        rt.load(&spec, &bytes)
+            .await
+            .expect_err("over a limit")
+            .message
+    };
+    let hint = "a component may have to be compiled (compiling needs memory in proportion, \
+                docs/plugins.md \"Memory to compile\")";
+    let many = limits.max_functions + 1;
+    assert_eq!(
+        refused(module(many, 0)).await,
+        format!("the component has {many} functions, over the 100000 {hint}")
+    );
+    let long = limits.max_function_bytes + 1;
+    assert_eq!(
+        refused(module(1, long - 2)).await,
+        format!("the component has {long} bytes in one function, over the 1048576 {hint}")
+    );
+    let much = refused(module(13, (1 << 20) - 100)).await;
+    assert!(
+        much.ends_with(&format!("bytes of code, over the 12582912 {hint}")),
+        "{much}"
+    );
+    // Within the limits, the same bytes reach the compiler, which says what they are.
+    let small = refused(module(10, 10)).await;
+    assert!(small.starts_with("a core WebAssembly module"), "{small}");
+}
+
+/// A component whose compile ended the process last time (its marker left in the compile
+/// cache, nobody holding it) fails its load with the reason and the way out, and only it:
+/// other components load, and once the marker is removed it compiles.
+#[tokio::test]
+async fn a_component_whose_compile_ended_the_last_process_is_not_compiled_again() {
+    let dir = std::env::temp_dir().join(format!("wasmop-marker-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fixture = components_dir().join("wasmop_hostile_fixture.wasm");
+    let digest = sha256_hex(&std::fs::read(&fixture).unwrap());
+    // Left by the process before: it was killed while compiling.
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join(format!("{digest}.compiling"));
+    std::fs::write(&marker, "compiling since … in process 1\n").unwrap();
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir.clone()),
+        max_concurrent_calls: 1,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let registry = Registry::new(rt.clone());
+    let config = RegistryConfig::parse(&format!(
+        "plugins:\n\
+         - {{name: killer, hook: routing, source: 'file://{}', sha256: {digest}}}\n\
+         - {{name: fine, hook: routing, source: 'builtin://routing-istio'}}\n",
+        fixture.display()
+    ))
+    .unwrap();
+    let report = registry.apply(config, &LocalFetch::default()).await;
+    assert_eq!(
+        report.failed,
+        [(
+            "killer".to_owned(),
+            format!(
+                "compiling this component ended the process last time (out of memory?); change \
+                 the component or remove {}",
+                marker.display()
+            )
+        )]
+    );
+    assert!(report.loaded.contains(&"fine".to_owned()), "{report:?}");
+    assert!(!registry.has_retryable(), "it waits for a change");
+    assert!(marker.exists(), "the marker stays until removed");
+
+    std::fs::remove_file(&marker).unwrap();
+    let spec = PluginSpec::new("killer", Hook::Routing, "file:///hostile.wasm");
+    rt.load(&spec, &std::fs::read(&fixture).unwrap())
+        .await
+        .expect("compiles once the marker is removed");
+    assert!(
+        !marker.exists(),
+        "and its own marker is gone once it compiled"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

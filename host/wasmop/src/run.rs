@@ -63,6 +63,11 @@ pub(crate) struct RunOptions {
           default_value = wasmop_plugin_host::DEFAULT_PLUGIN_DATA_ROOT,
           value_parser = crate::plugin_tools::parse_data_root)]
     pub plugin_data_root: wasmop_plugin_host::DataRoot,
+    /// Wall clock a plugin compile may take: past it the entry fails to load ("too large or too
+    /// complex to compile here") and the compile is dropped once it ends. Accepts `90s`, `2m`.
+    #[arg(long, env = "WASMOP_COMPILE_TIMEOUT", default_value = "60s",
+          value_parser = wasmop_resolver::parse_duration)]
+    pub compile_timeout: std::time::Duration,
     /// Routing controller options.
     #[command(flatten)]
     pub routing: routing::Options,
@@ -88,6 +93,10 @@ pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
         ..RuntimeOptions::default()
     })?;
     runtime.set_plugin_data_root(opts.plugin_data_root.clone());
+    runtime.set_compile_limits(wasmop_plugin_host::CompileLimits {
+        timeout: opts.compile_timeout,
+        ..wasmop_plugin_host::CompileLimits::default()
+    });
     wasmop_kernel::metrics::register_with(|registry| runtime.register_metrics(registry));
     let kernel = Kernel::new(
         client,
