@@ -123,3 +123,43 @@ where
     });
     (port, accepted)
 }
+
+/// An HTTPS server on `127.0.0.1` that answers every request with `head` (a status line and
+/// headers, e.g. a `Content-Length` it never sends) and then keeps the connection open, sending
+/// nothing, until the client closes it; returns its port.
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub async fn serve_head(config: Arc<rustls::ServerConfig>, head: &str) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the TLS server");
+    let port = listener.local_addr().expect("its address").port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let head = head.to_owned();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, head) = (acceptor.clone(), head.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if tls.write_all(head.as_bytes()).await.is_err() || tls.flush().await.is_err() {
+                    return;
+                }
+                // Until the client goes away.
+                while matches!(tls.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    port
+}

@@ -4,6 +4,11 @@
 //!
 //! Layout: `<dir>/<sha256>-<engine-hash>.cwasm` plus `<same>.cwasm.sha256`, the digest of the
 //! artifact bytes written next to it. Only artifacts whose recorded digest matches are loaded.
+//! While a component compiles, `<dir>/<sha256>.compiling` marks it, locked (`flock`) by the
+//! process compiling ([`CompileCache::begin_compile`]). The kernel drops the lock when that
+//! process ends, so a marker nobody locks was left by a process that ended while compiling
+//! (killed for memory, most likely): that component is not compiled again until it changes or
+//! the marker is removed.
 
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -21,6 +26,38 @@ use wasmtime::component::Component;
 pub struct CompileCache {
     dir: Option<PathBuf>,
     engine_key: String,
+}
+
+/// The marker of a compile in progress, `<dir>/<sha256>.compiling`, locked while it lives;
+/// removed (then unlocked) on drop, when the compile ended in this process: done, failed,
+/// panicked, or finished in the background after its load gave up.
+#[derive(Debug)]
+pub struct CompileMarker {
+    path: PathBuf,
+    file: fs::File,
+}
+
+impl Drop for CompileMarker {
+    fn drop(&mut self) {
+        // Only our marker: the same file, not one made since the user removed ours.
+        if same_file(&self.path, &self.file)
+            && let Err(e) = fs::remove_file(&self.path)
+        {
+            tracing::warn!(path = %self.path.display(), "cannot remove the compile marker: {e}");
+        }
+    }
+}
+
+/// The file name suffix of compile markers.
+const MARKER_SUFFIX: &str = ".compiling";
+
+/// What a compile marker found in the cache directory says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Marker {
+    /// A live process (this one or another) is compiling the component.
+    Compiling,
+    /// Nobody holds it: the process that compiled the component ended meanwhile.
+    Left,
 }
 
 /// How a component was obtained, for logs and benchmarks.
@@ -49,42 +86,125 @@ impl CompileCache {
         let engine_key = format!("{:016x}", h.finish());
         if let Some(dir) = &dir {
             create_private_dir(dir)?;
+            let left = left_markers(dir);
+            if !left.is_empty() {
+                tracing::warn!(
+                    ?left,
+                    "compiling these components ended the process last time (out of memory?): \
+                     they are not compiled again until they change or their marker is removed \
+                     from {}",
+                    dir.display()
+                );
+            }
         }
         Ok(Self { dir, engine_key })
     }
 
-    /// The component for `bytes` whose sha256 is `digest`: loaded from the cache when a valid
-    /// artifact exists, otherwise compiled (and then written to the cache).
+    /// Marks `digest` as compiling until the returned marker is dropped: writes and locks
+    /// `<dir>/<digest>.compiling`. `None` without a directory, when another live compile of
+    /// the same component holds the marker (in this process or another sharing the
+    /// directory), or when it cannot be written (logged).
     ///
     /// # Errors
-    /// The bytes are not a valid component. Cache I/O problems are logged and fall back to
-    /// compiling.
-    pub fn load(
+    /// A marker of `digest` that nobody holds: the process compiling this component ended
+    /// before the compile did, most likely killed for memory. The message says so and how to
+    /// clear it (change the component, or remove the file).
+    pub fn begin_compile(&self, digest: &str) -> Result<Option<CompileMarker>, String> {
+        use std::io::Write as _;
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        let path = dir.join(format!("{digest}{MARKER_SUFFIX}"));
+        match probe(&path) {
+            Some(Marker::Left) => {
+                return Err(format!(
+                    "compiling this component ended the process last time (out of memory?); \
+                     change the component or remove {}",
+                    path.display()
+                ));
+            }
+            Some(Marker::Compiling) => return Ok(None),
+            None => {}
+        }
+        // Written and locked under another name, then linked into place: nobody sees the
+        // marker unlocked, and of two compiles starting at once one gets it.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(
+            "{digest}{MARKER_SUFFIX}.tmp{}-{n}",
+            std::process::id()
+        ));
+        let made = (|| -> std::io::Result<fs::File> {
+            let mut file = fs::File::create(&tmp)?;
+            file.try_lock().map_err(std::io::Error::from)?;
+            writeln!(
+                file,
+                "compiling since {:?} in process {}",
+                std::time::SystemTime::now(),
+                std::process::id()
+            )?;
+            fs::hard_link(&tmp, &path)?;
+            Ok(file)
+        })();
+        let _ = fs::remove_file(&tmp);
+        match made {
+            Ok(file) => Ok(Some(CompileMarker { path, file })),
+            // Another compile of it began meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "cannot write the compile marker: {e}");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The cached component of `digest`, if a valid artifact of this engine is there (`None`
+    /// without a directory or an artifact). Loading one compiles nothing.
+    ///
+    /// # Errors
+    /// An artifact that cannot be used (its recorded digest missing or different, or wasmtime
+    /// refusing it): the caller compiles instead.
+    pub fn load_cached(&self, engine: &Engine, digest: &str) -> anyhow::Result<Option<Component>> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        self.load_artifact(engine, &self.artifact_path(dir, digest))
+    }
+
+    /// Compiles `bytes` (whose sha256 is `digest`) and writes the artifact to the cache, unless
+    /// `abandoned` is set by then (whoever waited for it gave up: the result is dropped, and
+    /// nothing is cached). Artifact I/O problems are logged; the component is then compiled
+    /// in memory.
+    ///
+    /// # Errors
+    /// The bytes are not a valid component.
+    pub fn compile(
         &self,
         engine: &Engine,
         digest: &str,
         bytes: &[u8],
-    ) -> anyhow::Result<(Component, Origin)> {
+        abandoned: &std::sync::atomic::AtomicBool,
+    ) -> anyhow::Result<Component> {
         let Some(dir) = &self.dir else {
-            return Ok((Component::new(engine, bytes)?, Origin::Compiled));
+            return Ok(Component::new(engine, bytes)?);
         };
-        let path = dir.join(format!("{digest}-{}.cwasm", self.engine_key));
-        match self.load_artifact(engine, &path) {
-            Ok(Some(component)) => return Ok((component, Origin::Cached)),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(path = %path.display(), "ignoring unusable compiled artifact, recompiling: {e:#}")
-            }
-        }
+        let path = self.artifact_path(dir, digest);
         let artifact = engine.precompile_component(bytes)?;
+        if abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+            bail!("the compile was abandoned");
+        }
         if let Err(e) = write_artifact(&path, &artifact) {
             tracing::warn!(path = %path.display(), "could not write compiled artifact: {e:#}");
         }
         // Loading what we just produced keeps one code path and gives mmap-backed code.
         match self.load_artifact(engine, &path) {
-            Ok(Some(component)) => Ok((component, Origin::Compiled)),
-            _ => Ok((Component::new(engine, bytes)?, Origin::Compiled)),
+            Ok(Some(component)) => Ok(component),
+            _ => Ok(Component::new(engine, bytes)?),
         }
+    }
+
+    fn artifact_path(&self, dir: &Path, digest: &str) -> PathBuf {
+        dir.join(format!("{digest}-{}.cwasm", self.engine_key))
     }
 
     /// Removes the files of compiled components that no longer serve: artifacts (and their
@@ -148,6 +268,43 @@ impl CompileCache {
         #[allow(unsafe_code)]
         let component = unsafe { Component::deserialize(engine, &bytes) };
         component.map(Some).map_err(Into::into)
+    }
+}
+
+/// The digests of the compile markers in `dir` that nobody holds.
+fn left_markers(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut left: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let digest = name.strip_suffix(MARKER_SUFFIX)?;
+            (probe(&e.path()) == Some(Marker::Left)).then(|| digest.to_owned())
+        })
+        .collect();
+    left.sort();
+    left
+}
+
+/// What the compile marker at `path` says, if there is one: whether a live process holds its
+/// lock. A marker whose lock cannot be tried (a file system without locks) counts as left.
+fn probe(path: &Path) -> Option<Marker> {
+    let file = fs::File::open(path).ok()?;
+    match file.try_lock() {
+        Err(fs::TryLockError::WouldBlock) => Some(Marker::Compiling),
+        // Unlocked: left, unless it was removed meanwhile (a compile that just ended).
+        Ok(()) | Err(fs::TryLockError::Error(_)) => same_file(path, &file).then_some(Marker::Left),
+    }
+}
+
+/// Whether `path` still names `file`.
+fn same_file(path: &Path, file: &fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (fs::metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
     }
 }
 
@@ -258,6 +415,60 @@ mod tests {
             cache.prune(&keep, Duration::ZERO),
             (1, 10),
             "then the fresh one"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A compile marks its component until it ends; a marker nobody holds (left by a process
+    /// that compiling ended) refuses that component, and that one only, until it is removed;
+    /// one a live compile holds (another cache on the same directory) is not in the way.
+    #[test]
+    fn a_marker_left_by_the_last_process_stops_the_compile() {
+        let dir = std::env::temp_dir().join(format!("wasmop-marker-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let engine = Engine::default();
+        let (killer, other) = ("d".repeat(64), "e".repeat(64));
+        let cache = CompileCache::new(&engine, Some(dir.clone())).unwrap();
+        let marker = cache.begin_compile(&killer).unwrap().expect("a marker");
+        let path = dir.join(format!("{killer}.compiling"));
+        assert!(path.exists(), "marked while compiling");
+        let beside = CompileCache::new(&engine, Some(dir.clone())).unwrap();
+        assert!(
+            beside.begin_compile(&killer).unwrap().is_none(),
+            "a live compile's marker is not in the way, nor taken"
+        );
+        drop(marker);
+        assert!(!path.exists(), "unmarked once the compile ended");
+        let names = || {
+            let mut names: Vec<String> = fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(), Vec::<String>::new(), "nothing else left behind");
+
+        // The process ends while compiling: its marker stays, nobody holding it.
+        fs::write(&path, "compiling since … in process 1\n").unwrap();
+        let next = CompileCache::new(&engine, Some(dir.clone())).unwrap();
+        assert_eq!(
+            next.begin_compile(&killer).unwrap_err(),
+            format!(
+                "compiling this component ended the process last time (out of memory?); \
+                 change the component or remove {}",
+                path.display()
+            )
+        );
+        assert!(
+            next.begin_compile(&other).unwrap().is_some(),
+            "another component compiles"
+        );
+        assert_eq!(names(), [format!("{killer}.compiling")]);
+        fs::remove_file(&path).unwrap();
+        assert!(
+            next.begin_compile(&killer).unwrap().is_some(),
+            "once removed, it compiles"
         );
         let _ = fs::remove_dir_all(&dir);
     }

@@ -11,7 +11,8 @@
 //! - [`registry`] turns the `wasmop-plugins` ConfigMap into loaded plugins and swaps them in.
 //!
 //! Modules, leaves first: `epoch` (the ticker), [`bindings`] (the worlds of `wit/plugin.wit`),
-//! `spec` (what a registry entry says), `error`, [`http_pool`], [`sandbox`] (a call's store:
+//! `spec` (what a registry entry says), `error`, [`http_pool`], [`data_root`] (where
+//! `grants.readOnlyDir` may point), [`sandbox`] (a call's store:
 //! limits, WASI, `wasi:http` grants), [`cache`], [`metrics`], `world` (a component's typed
 //! pre-instance), `runtime` ([`PluginRuntime`]), [`builtin`], `plugin` ([`Plugin`] and its
 //! calls), [`registry`]. None imports one after it.
@@ -25,6 +26,7 @@
 pub mod bindings;
 pub mod builtin;
 pub mod cache;
+pub mod data_root;
 mod epoch;
 mod error;
 pub mod http_pool;
@@ -37,11 +39,13 @@ mod spec;
 mod world;
 
 pub use cache::{CompileCache, Origin, sha256_hex};
+pub use data_root::{DEFAULT_PLUGIN_DATA_ROOT, DataRoot};
 pub use epoch::EPOCH_TICK;
 pub use error::{CallError, Failure, LoadError};
 pub use plugin::Plugin;
 pub use runtime::{
-    POOLING_MAX_MEMORY, PluginRuntime, RuntimeOptions, pooling_reservation, read_extra_ca_file,
+    CompileLimits, MAX_COMPONENT_BYTES, POOLING_MAX_MEMORY, PluginRuntime, RuntimeOptions,
+    pooling_reservation, read_extra_ca_file,
 };
 pub use spec::{FailurePolicy, Grants, Hook, Limits, PluginSpec};
 

@@ -14,7 +14,7 @@ use crate::bindings::{
     PodDecision, RestartRequest, RouteRequest, RouteResponse, StateDecision, StateRequest,
     TriggerRequest, TriggerVote,
 };
-use crate::cache::{Origin, sha256_hex};
+use crate::cache::Origin;
 use crate::epoch::EPOCH_TICK;
 use crate::error::{CallError, Failure, LoadError};
 use crate::runtime::{POOLING_MAX_MEMORY, PluginRuntime};
@@ -23,13 +23,17 @@ use crate::spec::{Hook, Limits, PluginSpec};
 use crate::world::{Request, Response, WorldPre};
 
 impl PluginRuntime {
-    /// Compiles (or loads from the cache) `bytes`, checks it targets `spec.hook`'s world, calls
-    /// `info` (whose hook must match) and `validate-settings`. The digest and the compilation
-    /// run on tokio's blocking pool; the two calls as any call does.
+    /// Compiles (or loads from the cache, or shares with a plugin of the same component)
+    /// `bytes`, checks it targets `spec.hook`'s world, calls `info` (whose hook must match) and
+    /// `validate-settings`. The digest and the compilation run on tokio's blocking pool, a
+    /// compile within [`CompileLimits`](crate::CompileLimits) and behind the one compile permit
+    /// (see `PluginRuntime::compiled`); the two calls as any call does.
     ///
     /// # Errors
-    /// A [`LoadError`] naming the plugin: a memory limit over what a pooled instance can
-    /// have, sha256 mismatch, not a component, wrong world or version, failed `info` or
+    /// A [`LoadError`] naming the plugin: a `grants.readOnlyDir` that does not resolve under the
+    /// plugin data root ([`PluginRuntime::set_plugin_data_root`]), a memory limit over what a
+    /// pooled instance can have, sha256 mismatch, a compile limit exceeded or a compile that
+    /// ended the last process, not a component, wrong world or version, failed `info` or
     /// rejected settings.
     pub async fn load(
         self: &Arc<Self>,
@@ -37,6 +41,9 @@ impl PluginRuntime {
         bytes: &[u8],
     ) -> Result<Arc<Plugin>, LoadError> {
         let err = |message: String| LoadError::new(&spec.name, message);
+        // Its calls read the directory's real path, found under the plugin data root.
+        let resolved = self.resolve_grants(spec).await.map_err(err)?;
+        let spec = &*resolved;
         let most = POOLING_MAX_MEMORY >> 20;
         if self.pooled && spec.limits.memory_bytes() > POOLING_MAX_MEMORY {
             return Err(err(format!(
@@ -47,43 +54,14 @@ impl PluginRuntime {
             )));
         }
         let started = Instant::now();
-        let (this, name, hook, want, bytes) = (
-            self.clone(),
-            spec.name.clone(),
-            spec.hook,
-            spec.sha256.clone(),
-            bytes.to_vec(),
-        );
-        let compiling = self
-            .compiles
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the compile semaphore is never closed");
-        let (digest, pre, origin) = tokio::task::spawn_blocking(move || {
-            // Held until the compile ends, even if the load is dropped meanwhile.
-            let _compiling = compiling;
-            let digest = sha256_hex(&bytes);
-            if let Some(want) = want.as_deref().filter(|s| !s.is_empty())
-                && !want.eq_ignore_ascii_case(&digest)
-            {
-                let message =
-                    format!("sha256 mismatch: the registry says {want}, the component is {digest}");
-                return Err(LoadError {
-                    at_source: true,
-                    ..LoadError::new(&name, message)
-                });
-            }
-            let (pre, origin) =
-                this.pre_for(&digest, hook, &bytes)
-                    .map_err(|(message, wrong_world)| LoadError {
-                        wrong_world,
-                        ..LoadError::new(&name, message)
-                    })?;
-            Ok((digest, pre, origin))
-        })
-        .await
-        .map_err(|e| err(format!("load task failed: {e}")))??;
+        let (digest, pre, origin) = self
+            .compiled(
+                &spec.name,
+                spec.hook,
+                spec.sha256.as_deref(),
+                bytes.to_vec(),
+            )
+            .await?;
         let mut plugin = Plugin {
             runtime: self.clone(),
             spec: spec.clone(),

@@ -191,8 +191,10 @@ pub struct LocalFetch {
     pub extra_ca_pem: Option<Vec<u8>>,
 }
 
-/// Largest component accepted from a remote source, in bytes.
-pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
+pub use crate::runtime::MAX_COMPONENT_BYTES;
+/// The end of the message of a component over [`MAX_COMPONENT_BYTES`].
+const OVER_THE_LIMIT: &str = "over the 256 MiB (268435456 bytes) a component may have";
+
 /// Time allowed for downloading one component.
 pub const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Time allowed for the TCP connection of one `https://` request (the first, or one a redirect
@@ -222,10 +224,11 @@ pub const MAX_REDIRECTS: usize = 5;
 /// # Errors
 /// A message naming the URL: TLS or connection failure, a status other than 200 (after
 /// redirects), a redirect to a URL that is not `https://` or more than [`MAX_REDIRECTS`] of
-/// them, a body over [`MAX_COMPONENT_BYTES`], no connection within [`CONNECT_TIMEOUT`], or a
-/// download past [`DOWNLOAD_TIMEOUT`].
+/// them, a body over [`MAX_COMPONENT_BYTES`] (refused before it is read when its
+/// `Content-Length` says so; a body is read frame by frame into one buffer), no connection
+/// within [`CONNECT_TIMEOUT`], or a download past [`DOWNLOAD_TIMEOUT`].
 pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>, String> {
-    use http_body_util::{BodyExt, Empty, Limited};
+    use http_body_util::Empty;
     let tls = super::http_pool::tls_config(SYSTEM_ROOTS.clone(), extra_ca_pem)?;
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.enforce_http(false);
@@ -285,11 +288,7 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
                     via(url, &current)
                 ));
             }
-            let body = Limited::new(response.into_body(), MAX_COMPONENT_BYTES)
-                .collect()
-                .await
-                .map_err(|e| format!("{}: reading the body failed: {e}", via(url, &current)))?;
-            return Ok(body.to_bytes().to_vec());
+            return read_body(response.into_body(), &via(url, &current)).await;
         }
         Err(format!(
             "{url}: more than {MAX_REDIRECTS} redirects (last to {current})"
@@ -302,6 +301,107 @@ pub async fn https_get(url: &str, extra_ca_pem: Option<&[u8]>) -> Result<Vec<u8>
                 "{url}: no complete answer within {DOWNLOAD_TIMEOUT:?}"
             ))
         })
+}
+
+/// The body of a component download from `shown` (the URL, and where a redirect led), read
+/// frame by frame into one buffer: a body that announces more than [`MAX_COMPONENT_BYTES`]
+/// (`Content-Length`) is refused before any of it is read, and one that goes past it is
+/// dropped there.
+///
+/// # Errors
+/// Over [`MAX_COMPONENT_BYTES`], or the connection failed while reading.
+async fn read_body(mut body: hyper::body::Incoming, shown: &str) -> Result<Vec<u8>, String> {
+    use http_body_util::BodyExt as _;
+    use hyper::body::Body as _;
+    let too_large = |size: String| format!("{shown}: the component is {size}, {OVER_THE_LIMIT}");
+    let announced = body.size_hint().exact();
+    if let Some(n) = announced.filter(|&n| n > MAX_COMPONENT_BYTES as u64) {
+        return Err(too_large(format!("{n} bytes (its Content-Length)")));
+    }
+    let mut bytes = Vec::with_capacity(announced.unwrap_or(0) as usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("{shown}: reading the body failed: {e}"))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > MAX_COMPONENT_BYTES {
+                return Err(too_large("more than that".to_owned()));
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(bytes)
+}
+
+/// Reads a `file://` source at `path`: a regular file (a symlink to one is followed) of at
+/// most [`MAX_COMPONENT_BYTES`]. Its type and size are checked before it is opened and again
+/// on what was opened (without blocking, so a FIFO swapped in meanwhile cannot hang the open),
+/// and no more than the limit is ever read. Blocking file I/O.
+///
+/// # Errors
+/// A message naming the path: it cannot be read, is not a regular file (a directory, a FIFO,
+/// a device such as `/dev/zero`, a socket: named), or is over [`MAX_COMPONENT_BYTES`].
+pub fn read_component_file(path: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| format!("cannot read {path}: {e}");
+    let check = |meta: &std::fs::Metadata| {
+        use std::os::unix::fs::FileTypeExt as _;
+        let t = meta.file_type();
+        let kind = if t.is_file() {
+            None
+        } else if t.is_dir() {
+            Some("a directory")
+        } else if t.is_fifo() {
+            Some("a FIFO")
+        } else if t.is_char_device() {
+            Some("a character device")
+        } else if t.is_block_device() {
+            Some("a block device")
+        } else if t.is_socket() {
+            Some("a socket")
+        } else {
+            Some("not a file")
+        };
+        if let Some(kind) = kind {
+            return Err(format!(
+                "{path} is {kind}, not a regular file: a file:// source must be a regular file \
+                 (a symlink to one is followed)"
+            ));
+        }
+        if meta.len() > MAX_COMPONENT_BYTES as u64 {
+            return Err(format!("{path} is {} bytes, {OVER_THE_LIMIT}", meta.len()));
+        }
+        Ok(())
+    };
+    check(&std::fs::metadata(path).map_err(cannot)?)?;
+    let file = open_nonblocking(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    check(&meta)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_COMPONENT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() > MAX_COMPONENT_BYTES {
+        return Err(format!("{path} grew while it was read, {OVER_THE_LIMIT}"));
+    }
+    Ok(bytes)
+}
+
+/// `path` opened for reading without blocking in `open` (a FIFO without a writer) and without
+/// making a terminal the controlling one.
+fn open_nonblocking(path: &str) -> std::io::Result<std::fs::File> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        Ok(std::fs::File::from(rustix::fs::open(
+            path,
+            flags,
+            Mode::empty(),
+        )?))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        std::fs::File::open(path)
+    }
 }
 
 /// Whether `e` is a connect that ran out of [`CONNECT_TIMEOUT`].
@@ -326,9 +426,12 @@ fn via(url: &str, current: &str) -> String {
 impl Fetch for LocalFetch {
     async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
         match source {
-            Source::File(path) => tokio::fs::read(path)
-                .await
-                .map_err(|e| format!("cannot read {path}: {e}")),
+            Source::File(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || read_component_file(&path))
+                    .await
+                    .map_err(|e| format!("reading the file failed: {e}"))?
+            }
             Source::Builtin(name) => builtin::find(name)
                 .map(|b| b.wasm.to_vec())
                 .ok_or_else(|| builtin::unknown(name)),
@@ -981,6 +1084,81 @@ fn short(digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reload whose entries need no compile (a settings change of a builtin: its component
+    /// is shared with the version serving) serves them within [`LOAD_WAIT`] while another
+    /// entry's compile holds the one compile permit (a large component compiling); that entry
+    /// is `Loading` meanwhile and loads once the permit is free.
+    #[tokio::test]
+    async fn a_settings_change_serves_while_another_entry_compiles() {
+        use crate::runtime::RuntimeOptions;
+        let runtime = PluginRuntime::new(RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap();
+        let registry = Registry::new(runtime.clone());
+        let fixture = wasmop_tests::components_dir().join("wasmop_hostile_fixture.wasm");
+        let digest = crate::sha256_hex(&std::fs::read(&fixture).unwrap());
+        let doc = |colour: &str, custom: bool| {
+            let mut yaml = format!(
+                "plugins:\n- {{name: quick, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{colour}}}}}\n"
+            );
+            if custom {
+                yaml.push_str(&format!(
+                    "- {{name: big, hook: routing, source: 'file://{}', sha256: {digest}}}\n",
+                    fixture.display()
+                ));
+            }
+            RegistryConfig::parse(&yaml).unwrap()
+        };
+        let fetch = LocalFetch::default();
+        let report = registry.apply(doc("first", false), &fetch).await;
+        assert!(report.failed.is_empty(), "{report:?}");
+
+        // A compile in progress: the permit is taken.
+        let compiling = runtime.compiles.clone().acquire_owned().await.unwrap();
+        let swaps = std::sync::Mutex::new(Vec::new());
+        let swapped = tokio::sync::Notify::new();
+        let on_swap = |loading: &[String]| {
+            swaps.lock().unwrap().push(loading.to_vec());
+            swapped.notify_one();
+        };
+        let started = tokio::time::Instant::now();
+        let (report, ()) = tokio::join!(
+            registry.apply_notifying(doc("second", true), &fetch, Some(LOAD_WAIT), &on_swap),
+            async {
+                tokio::time::timeout(LOAD_WAIT * 2, swapped.notified())
+                    .await
+                    .expect("an interim snapshot while an entry compiles");
+                let quick = registry.status(Hook::Routing, Some("quick"));
+                assert!(quick.ready, "served within the load wait: {quick:?}");
+                let serving = registry.resolve(Hook::Routing, Some("quick")).unwrap();
+                assert_eq!(
+                    serving.spec().settings,
+                    Some(serde_json::json!({"responseHeader": "x-second"}))
+                );
+                assert_eq!(
+                    registry.status(Hook::Routing, Some("big")).reason,
+                    "Loading"
+                );
+                drop(compiling);
+            },
+        );
+        assert!(started.elapsed() >= LOAD_WAIT);
+        assert_eq!(*swaps.lock().unwrap(), [["big"]]);
+        assert_eq!(report.loaded, ["big", "quick"], "{report:?}");
+        assert!(registry.status(Hook::Routing, Some("big")).ready);
+    }
+
+    #[test]
+    fn the_size_limit_is_said_as_it_is() {
+        assert_eq!(MAX_COMPONENT_BYTES, 256 << 20);
+        assert!(OVER_THE_LIMIT.contains(&format!("256 MiB ({MAX_COMPONENT_BYTES} bytes)")));
+    }
 
     #[test]
     fn parses_the_documented_format() {

@@ -9,12 +9,14 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
 use crate::bindings;
-use crate::cache::{CompileCache, Origin};
+use crate::cache::{CompileCache, Origin, sha256_hex};
+use crate::data_root::DataRoot;
 use crate::epoch;
+use crate::error::LoadError;
 use crate::http_pool;
 use crate::metrics;
 use crate::sandbox::Sandbox;
-use crate::spec::Hook;
+use crate::spec::{Hook, PluginSpec};
 use crate::world::WorldPre;
 
 /// The engine, linker, compile cache and call semaphore shared by all plugins.
@@ -34,12 +36,55 @@ pub struct PluginRuntime {
     /// One pre-instance per (digest, hook), shared by every entry using that component.
     pub(crate) pres:
         std::sync::Mutex<std::collections::HashMap<(String, Hook), std::sync::Weak<WorldPre>>>,
-    /// One compile (or cache load) at a time: compiling a large component takes hundreds of MiB
-    /// (a 12 MiB JavaScript component about 450 MiB), and wasmtime already spreads one compile
-    /// over every CPU.
+    /// One compile at a time: compiling a large component takes hundreds of MiB (a 12 MiB
+    /// JavaScript component about 450 MiB), and wasmtime already spreads one compile over every
+    /// CPU. A load that needs no compile (its component shared or cached) does not take it
+    /// ([`PluginRuntime::compiled`]).
     pub(crate) compiles: Arc<Semaphore>,
     /// Calls, memory and loads ([`metrics`]).
     pub(crate) metrics: metrics::PluginMetrics,
+    /// Where `grants.readOnlyDir` must resolve ([`PluginRuntime::set_plugin_data_root`]).
+    pub(crate) data_root: std::sync::RwLock<DataRoot>,
+    /// [`PluginRuntime::set_compile_limits`].
+    pub(crate) compile_limits: std::sync::RwLock<CompileLimits>,
+}
+
+/// Largest component accepted from a `file://` or `https://` source, in bytes (a
+/// `configmap://` one holds at most 1 MiB), and compiled at all ([`CompileLimits`]).
+pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
+
+/// What one compile may take ([`PluginRuntime::set_compile_limits`]). wasmtime cannot cap the
+/// memory of a compile, so the sizes of what it is handed are capped instead: a compile's peak
+/// memory grows with them (about 50 to 70 times the code of the examples, docs/plugins.md
+/// "Memory to compile"). The defaults admit the example plugins with room to spare (the
+/// largest, JavaScript's, has 12,706 functions, 8.8 MiB of code and a largest function of
+/// 168 KiB).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// Wall clock a compile may take (default 60 s): past it the load fails; the compile goes
+    /// on in the background until it ends, its result dropped, and the next compile waits for
+    /// it.
+    pub timeout: std::time::Duration,
+    /// Bytes of the whole component (default [`MAX_COMPONENT_BYTES`]).
+    pub max_component_bytes: usize,
+    /// Bytes of code (the code sections of its core modules together; default 12 MiB).
+    pub max_code_bytes: usize,
+    /// Functions its core modules define, together (default 100,000).
+    pub max_functions: usize,
+    /// Bytes of its largest function body (default 1 MiB).
+    pub max_function_bytes: usize,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        Self {
+            timeout: std::time::Duration::from_secs(60),
+            max_component_bytes: MAX_COMPONENT_BYTES,
+            max_code_bytes: 12 << 20,
+            max_functions: 100_000,
+            max_function_bytes: 1 << 20,
+        }
+    }
 }
 
 /// Options for [`PluginRuntime::new`].
@@ -226,7 +271,67 @@ impl PluginRuntime {
             pres: Default::default(),
             compiles: Arc::new(Semaphore::new(1)),
             metrics: metrics::PluginMetrics::default(),
+            data_root: std::sync::RwLock::new(DataRoot::default()),
+            compile_limits: std::sync::RwLock::new(CompileLimits::default()),
         }))
+    }
+
+    /// Sets the directory under which every `grants.readOnlyDir` must resolve, for the loads
+    /// that start from now on (`wasmop run --plugin-data-root`; by default
+    /// [`DEFAULT_PLUGIN_DATA_ROOT`](crate::data_root::DEFAULT_PLUGIN_DATA_ROOT)). A plugin
+    /// already loaded keeps the directory it was granted.
+    pub fn set_plugin_data_root(&self, root: DataRoot) {
+        *self.data_root.write().unwrap_or_else(|e| e.into_inner()) = root;
+    }
+
+    /// Sets what one compile may take, for the compiles that start from now on
+    /// (`wasmop run --compile-timeout`; by default [`CompileLimits::default`]).
+    pub fn set_compile_limits(&self, limits: CompileLimits) {
+        *self
+            .compile_limits
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = limits;
+    }
+
+    /// What one compile may take.
+    pub fn compile_limits(&self) -> CompileLimits {
+        *self
+            .compile_limits
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The directory under which every `grants.readOnlyDir` must resolve.
+    pub fn plugin_data_root(&self) -> DataRoot {
+        self.data_root
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `spec` with its `grants.readOnlyDir`, if any, replaced by the real path
+    /// [`DataRoot::resolve`] finds under the plugin data root: what the plugin's calls open
+    /// (again without following a symlink, `data_root::open_real_dir`). Resolved on the
+    /// blocking pool.
+    ///
+    /// # Errors
+    /// `grants.readOnlyDir "DIR": ` and [`DataRoot::resolve`]'s reason.
+    pub(crate) async fn resolve_grants<'s>(
+        &self,
+        spec: &'s PluginSpec,
+    ) -> Result<std::borrow::Cow<'s, PluginSpec>, String> {
+        let Some(dir) = spec.grants.read_only_dir.clone().filter(|d| !d.is_empty()) else {
+            return Ok(std::borrow::Cow::Borrowed(spec));
+        };
+        let root = self.plugin_data_root();
+        let shown = format!("grants.readOnlyDir {dir:?}");
+        let real = tokio::task::spawn_blocking(move || root.resolve(&dir))
+            .await
+            .map_err(|e| format!("{shown}: resolving it failed: {e}"))?
+            .map_err(|why| format!("{shown}: {why}"))?;
+        let mut resolved = spec.clone();
+        resolved.grants.read_only_dir = Some(real.display().to_string());
+        Ok(std::borrow::Cow::Owned(resolved))
     }
 
     /// The runtime's metrics: every call and load of its plugins is recorded there.
@@ -266,26 +371,266 @@ impl PluginRuntime {
         self.epoch.parked()
     }
 
-    /// The shared pre-instance of component `digest` for `hook`: reused while any plugin holds
-    /// it, otherwise compiled (or loaded from the cache) and checked against the hook's world.
-    pub(crate) fn pre_for(
+    /// The shared pre-instance of component `digest` for `hook`, if a plugin holds it.
+    fn shared_pre(&self, digest: &str, hook: Hook) -> Option<Arc<WorldPre>> {
+        let mut pres = self.pres.lock().unwrap_or_else(|e| e.into_inner());
+        pres.retain(|_, weak| weak.strong_count() > 0);
+        pres.get(&(digest.to_owned(), hook))
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// The pre-instance of `component` (whose sha256 is `digest`) for `hook`, checked against
+    /// the hook's world and shared from now on (or the one shared meanwhile).
+    ///
+    /// # Errors
+    /// What is wrong, and whether it is the world (`true`) rather than the imports.
+    fn share_pre(
         &self,
         digest: &str,
         hook: Hook,
-        bytes: &[u8],
-    ) -> Result<(Arc<WorldPre>, Option<Origin>), (String, bool)> {
-        let key = (digest.to_owned(), hook);
+        component: &wasmtime::component::Component,
+    ) -> Result<Arc<WorldPre>, (String, bool)> {
+        let pre = Arc::new(WorldPre::new(&self.linker, component, hook)?);
         let mut pres = self.pres.lock().unwrap_or_else(|e| e.into_inner());
-        pres.retain(|_, weak| weak.strong_count() > 0);
-        if let Some(pre) = pres.get(&key).and_then(std::sync::Weak::upgrade) {
-            return Ok((pre, None));
+        let key = (digest.to_owned(), hook);
+        if let Some(shared) = pres.get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok(shared);
         }
-        let (component, origin) = self
-            .cache
-            .load(&self.engine, digest, bytes)
-            .map_err(|e| (not_a_component(bytes, &e), false))?;
-        let pre = Arc::new(WorldPre::new(&self.linker, &component, hook)?);
         pres.insert(key, Arc::downgrade(&pre));
-        Ok((pre, Some(origin)))
+        Ok(pre)
+    }
+
+    /// The pre-instance of `bytes` for `hook` (entry `name`, whose `sha256`, when given, they
+    /// must match), and how it was obtained: shared with a plugin that holds it (`None`),
+    /// loaded from the compile cache, or compiled. Only compiling takes the compile permit:
+    /// a load of a component already shared or cached (a settings change) never waits for
+    /// another entry's compile. A compile is bounded by [`CompileLimits`]: the component's code
+    /// is measured first, and a compile past the time limit fails the load while it finishes
+    /// on its blocking thread, its result dropped and the permit held until then. A component
+    /// whose compile ended the last process (its marker left in the cache directory,
+    /// [`CompileCache::begin_compile`]) is not compiled. Hashing, reading the cache and
+    /// compiling run on the blocking pool.
+    ///
+    /// # Errors
+    /// A [`LoadError`] naming the entry: sha256 mismatch (`at_source`), over a compile limit,
+    /// compiling ended the last process, the compile timed out, not a component, or not the
+    /// hook's world (`wrong_world`).
+    pub(crate) async fn compiled(
+        self: &Arc<Self>,
+        name: &str,
+        hook: Hook,
+        want: Option<&str>,
+        bytes: Vec<u8>,
+    ) -> Result<(String, Arc<WorldPre>, Option<Origin>), LoadError> {
+        let err = |message: String| LoadError::new(name, message);
+        let world = |(message, wrong_world): (String, bool)| LoadError {
+            wrong_world,
+            ..LoadError::new(name, message)
+        };
+        let task = |e: tokio::task::JoinError| err(format!("load task failed: {e}"));
+        let limits = self.compile_limits();
+        if bytes.len() > limits.max_component_bytes {
+            return Err(err(format!(
+                "the component is {} bytes, over the {} a component may have",
+                bytes.len(),
+                limits.max_component_bytes
+            )));
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        let hashed = bytes.clone();
+        let digest = tokio::task::spawn_blocking(move || sha256_hex(&hashed))
+            .await
+            .map_err(task)?;
+        if let Some(want) = want.filter(|s| !s.is_empty())
+            && !want.eq_ignore_ascii_case(&digest)
+        {
+            let message =
+                format!("sha256 mismatch: the registry says {want}, the component is {digest}");
+            return Err(LoadError {
+                at_source: true,
+                ..err(message)
+            });
+        }
+        if let Some(pre) = self.shared_pre(&digest, hook) {
+            return Ok((digest, pre, None));
+        }
+        if let Some(component) = self.cached(&digest).await {
+            let pre = self.share_pre(&digest, hook, &component).map_err(world)?;
+            return Ok((digest, pre, Some(Origin::Cached)));
+        }
+        let measured = bytes.clone();
+        tokio::task::spawn_blocking(move || check_code(&measured, &limits))
+            .await
+            .map_err(task)?
+            .map_err(err)?;
+        let permit = self
+            .compiles
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the compile semaphore is never closed");
+        // Another load may have compiled it while this one waited.
+        if let Some(pre) = self.shared_pre(&digest, hook) {
+            return Ok((digest, pre, None));
+        }
+        if let Some(component) = self.cached(&digest).await {
+            let pre = self.share_pre(&digest, hook, &component).map_err(world)?;
+            return Ok((digest, pre, Some(Origin::Cached)));
+        }
+        let marker = self.cache.begin_compile(&digest).map_err(err)?;
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (this, key, given_up) = (self.clone(), digest.clone(), abandoned.clone());
+        let compiling = tokio::task::spawn_blocking(move || {
+            // Held until the compile ends, even if the load gave up or was dropped meanwhile.
+            let (_permit, _marker) = (permit, marker);
+            this.cache
+                .compile(&this.engine, &key, &bytes, &given_up)
+                .map_err(|e| not_a_component(&bytes, &e))
+        });
+        let component = match tokio::time::timeout(limits.timeout, compiling).await {
+            Ok(compiled) => compiled.map_err(task)?.map_err(err)?,
+            Err(_) => {
+                abandoned.store(true, std::sync::atomic::Ordering::SeqCst);
+                return Err(err(format!(
+                    "compiling it took longer than {:?} (wasmop run --compile-timeout): it is too \
+                     large or too complex to compile here; the compile finishes in the \
+                     background and is dropped",
+                    limits.timeout
+                )));
+            }
+        };
+        let pre = self.share_pre(&digest, hook, &component).map_err(world)?;
+        Ok((digest, pre, Some(Origin::Compiled)))
+    }
+
+    /// The compile cache's artifact of `digest`, if a usable one is there (one that is not is
+    /// logged; the caller compiles).
+    async fn cached(&self, digest: &str) -> Option<wasmtime::component::Component> {
+        let (cache, engine, key) = (self.cache.clone(), self.engine.clone(), digest.to_owned());
+        let loaded = tokio::task::spawn_blocking(move || cache.load_cached(&engine, &key))
+            .await
+            .ok()?;
+        loaded.unwrap_or_else(|e| {
+            tracing::warn!(
+                digest,
+                "ignoring an unusable compiled artifact, recompiling: {e:#}"
+            );
+            None
+        })
+    }
+}
+
+/// Checks that `bytes` are within `limits` before they are compiled: the functions its core
+/// modules define, their code sections' bytes and its largest function body
+/// (`wasmparser`, without validating; bytes that do not parse are left to the compiler, which
+/// says what is wrong).
+///
+/// # Errors
+/// Which limit is exceeded, by how much, and that the component cannot be compiled here.
+fn check_code(bytes: &[u8], limits: &CompileLimits) -> Result<(), String> {
+    use wasmparser::Payload;
+    let (mut functions, mut code, mut largest) = (0usize, 0usize, 0usize);
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        match payload {
+            Ok(Payload::CodeSectionStart { count, size, .. }) => {
+                functions += count as usize;
+                code += size as usize;
+            }
+            Ok(Payload::CodeSectionEntry(body)) => {
+                largest = largest.max(body.range().len());
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let over = |what: &str, value: usize, limit: usize| {
+        Err(format!(
+            "the component has {value} {what}, over the {limit} a component may have to be \
+             compiled (compiling needs memory in proportion, docs/plugins.md \"Memory to \
+             compile\")"
+        ))
+    };
+    if functions > limits.max_functions {
+        return over("functions", functions, limits.max_functions);
+    }
+    if code > limits.max_code_bytes {
+        return over("bytes of code", code, limits.max_code_bytes);
+    }
+    if largest > limits.max_function_bytes {
+        return over("bytes in one function", largest, limits.max_function_bytes);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A compile past [`CompileLimits::timeout`] fails its load at once; the compile goes on in
+    /// the background holding the compile permit and its marker until it ends, and its result
+    /// is dropped (nothing cached): the next load compiles again.
+    #[tokio::test]
+    async fn a_compile_past_its_time_fails_the_load_and_keeps_the_permit_until_it_ends() {
+        let dir = std::env::temp_dir().join(format!("wasmop-compile-time-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let runtime = PluginRuntime::new(RuntimeOptions {
+            cache_dir: Some(dir.clone()),
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap();
+        runtime.set_compile_limits(CompileLimits {
+            timeout: Duration::from_millis(1),
+            ..CompileLimits::default()
+        });
+        let fixture = wasmop_tests::components_dir().join("wasmop_hostile_fixture.wasm");
+        let bytes = std::fs::read(fixture).unwrap();
+        let digest = sha256_hex(&bytes);
+        let Err(e) = runtime
+            .compiled("big", Hook::Routing, None, bytes.clone())
+            .await
+        else {
+            panic!("the compile takes longer than 1 ms");
+        };
+        assert_eq!(
+            e.message,
+            "compiling it took longer than 1ms (wasmop run --compile-timeout): it is too large or \
+             too complex to compile here; the compile finishes in the background and is dropped"
+        );
+        assert!(!e.at_source, "the same bytes take as long again");
+        assert_eq!(
+            runtime.compiles.available_permits(),
+            0,
+            "the compile goes on and keeps the permit"
+        );
+        let marker = dir.join(format!("{digest}.compiling"));
+        assert!(marker.exists(), "and its marker");
+
+        let waited = std::time::Instant::now();
+        while runtime.compiles.available_permits() == 0 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(120),
+                "the compile never ends"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!marker.exists(), "unmarked once it ended");
+        let cached = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&digest))
+            .count();
+        assert_eq!(cached, 0, "the abandoned compile's result is not cached");
+
+        runtime.set_compile_limits(CompileLimits::default());
+        let (_, _, origin) = runtime
+            .compiled("big", Hook::Routing, None, bytes)
+            .await
+            .unwrap();
+        assert_eq!(origin, Some(Origin::Compiled));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -55,7 +55,11 @@ impl Sandbox {
             .allow_udp(false)
             .allow_ip_name_lookup(false);
         if let Some(dir) = grants.read_only_dir.as_deref().filter(|d| !d.is_empty()) {
-            wasi.preopened_dir(dir, READ_ONLY_DIR_GUEST_PATH, FsPerms::ReadOnly)
+            // The real path the load resolved under the plugin data root, opened again without
+            // following a symlink (one planted since leads nowhere).
+            let opened = crate::data_root::open_real_dir(std::path::Path::new(dir))
+                .map_err(|e| anyhow::anyhow!("grants.readOnlyDir {dir:?} cannot be opened: {e}"))?;
+            wasi.preopened_dir(opened.path(), READ_ONLY_DIR_GUEST_PATH, FsPerms::ReadOnly)
                 .map_err(|e| anyhow::anyhow!("grants.readOnlyDir {dir:?} cannot be opened: {e}"))?;
         }
         Ok(Self {

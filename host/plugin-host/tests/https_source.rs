@@ -1,10 +1,12 @@
 //! `https://` plugin sources: downloaded over TLS from a loopback server whose certificate is
 //! signed by a test CA (trusted as an extra CA, as `wasmop run --extra-ca-file` does), verified
 //! by sha256, and refused when the server's certificate is not trusted. Redirects are followed
-//! to `https://` URLs only.
+//! to `https://` URLs only. Both `https://` and `file://` sources are held to the size limit
+//! without reading more than it, and `file://` ones to regular files.
 
 use wasmop_plugin_host::registry::{
-    CONNECT_TIMEOUT, DOWNLOAD_TIMEOUT, LocalFetch, Registry, RegistryConfig,
+    CONNECT_TIMEOUT, DOWNLOAD_TIMEOUT, Fetch as _, LocalFetch, MAX_COMPONENT_BYTES, Registry,
+    RegistryConfig, Source,
 };
 use wasmop_plugin_host::{Hook, PluginRuntime, RuntimeOptions, builtin, sha256_hex};
 use wasmop_tests::tls::{self, TestCa};
@@ -142,4 +144,93 @@ async fn a_host_that_does_not_answer_fails_at_the_connect_timeout() {
         "{waited:?}"
     );
     drop(listener);
+}
+
+/// A server that announces a body over [`MAX_COMPONENT_BYTES`] (its `Content-Length`) is
+/// refused at once, before anything of the body is read or buffered, not after the download's
+/// timeout.
+#[tokio::test]
+async fn a_body_announced_over_the_size_limit_is_refused_before_it_is_read() {
+    let ca = TestCa::new("wasmop test CA");
+    let too_big = MAX_COMPONENT_BYTES as u64 + 1;
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {too_big}\r\n\r\n");
+    let port = tls::serve_head(ca.server_config(&["localhost"]), &head).await;
+    let url = format!("https://localhost:{port}/huge.wasm");
+    let pem = ca.pem().as_bytes().to_vec();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        wasmop_plugin_host::registry::https_get(&url, Some(&pem)),
+    )
+    .await
+    .expect("refused at once, not after the download timeout")
+    .expect_err("over the limit");
+    assert_eq!(
+        err,
+        format!(
+            "{url}: the component is {too_big} bytes (its Content-Length), over the 256 MiB \
+             (268435456 bytes) a component may have"
+        )
+    );
+}
+
+/// `file://` sources are regular files (a symlink to one is followed) of at most
+/// [`MAX_COMPONENT_BYTES`]: a FIFO, `/dev/zero`, a symlink to it, a directory and a larger file
+/// are refused at once, each named, without reading them (a FIFO without a writer would hang
+/// the read, `/dev/zero` never ends).
+#[tokio::test]
+async fn file_sources_are_regular_files_within_the_size_limit() {
+    let dir = std::env::temp_dir().join(format!("wasmop-file-source-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let wasm = builtin::find("none").unwrap().wasm;
+    std::fs::write(dir.join("plugin.wasm"), wasm).unwrap();
+    std::os::unix::fs::symlink(dir.join("plugin.wasm"), dir.join("linked.wasm")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.wasm")).unwrap();
+    let fifo = dir.join("fifo.wasm");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let huge = std::fs::File::create(dir.join("huge.wasm")).unwrap();
+    huge.set_len(MAX_COMPONENT_BYTES as u64 + 1).unwrap();
+
+    let fetch = |path: std::path::PathBuf| async move {
+        let source = Source::File(path.display().to_string());
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            LocalFetch::default().fetch(&source),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{}: the read hangs", path.display()))
+    };
+    for ok in ["plugin.wasm", "linked.wasm"] {
+        assert_eq!(fetch(dir.join(ok)).await.unwrap(), wasm, "{ok}");
+    }
+    let refused = async |path: std::path::PathBuf, kind: &str| {
+        let err = fetch(path.clone()).await.expect_err(kind);
+        assert_eq!(
+            err,
+            format!(
+                "{} is {kind}, not a regular file: a file:// source must be a regular file (a \
+                 symlink to one is followed)",
+                path.display()
+            )
+        );
+    };
+    refused(fifo, "a FIFO").await;
+    refused("/dev/zero".into(), "a character device").await;
+    refused(dir.join("zero.wasm"), "a character device").await;
+    refused(dir.clone(), "a directory").await;
+    let err = fetch(dir.join("huge.wasm")).await.expect_err("too large");
+    assert_eq!(
+        err,
+        format!(
+            "{} is 268435457 bytes, over the 256 MiB (268435456 bytes) a component may have",
+            dir.join("huge.wasm").display()
+        )
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,8 +12,8 @@ use wasmop_plugin_host::registry::{
     CONCURRENT_LOADS, Fetch, LocalFetch, Registry, RegistryConfig, Source,
 };
 use wasmop_plugin_host::{
-    CallError, DrState, Failure, Hook, LeaseAction, LeaseRecord, Plugin, PluginRuntime, PluginSpec,
-    RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
+    CallError, DataRoot, DrState, Failure, Hook, LeaseAction, LeaseRecord, LoadError, Plugin,
+    PluginRuntime, PluginSpec, RouteRequest, RuntimeOptions, StateRequest, builtin, sha256_hex,
 };
 use wasmop_tests::tls::{self, TestCa};
 
@@ -38,10 +38,18 @@ fn runtime_trusting(extra_ca_pem: Option<&str>) -> Arc<PluginRuntime> {
 }
 
 async fn hostile(rt: &Arc<PluginRuntime>, edit: impl FnOnce(&mut PluginSpec)) -> Arc<Plugin> {
+    load_hostile(rt, edit).await.unwrap()
+}
+
+/// The hostile fixture loaded as entry `hostile` with `edit` applied to its spec.
+async fn load_hostile(
+    rt: &Arc<PluginRuntime>,
+    edit: impl FnOnce(&mut PluginSpec),
+) -> Result<Arc<Plugin>, LoadError> {
     let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
     let mut spec = PluginSpec::new("hostile", Hook::Routing, "file:///hostile.wasm");
     edit(&mut spec);
-    rt.load(&spec, &bytes).await.unwrap()
+    rt.load(&spec, &bytes).await
 }
 
 fn request(behaviour: &str, param: &str) -> RouteRequest {
@@ -426,6 +434,7 @@ async fn files_only_inside_the_read_only_dir() {
     let dir = std::env::temp_dir().join(format!("wasmop-ro-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("allowed.txt"), "hello").unwrap();
+    rt.set_plugin_data_root(DataRoot::new(&dir).unwrap());
     let p = hostile(&rt, |s| {
         s.grants.read_only_dir = Some(dir.display().to_string())
     })
@@ -446,6 +455,169 @@ async fn files_only_inside_the_read_only_dir() {
     );
     let none = hostile(&rt, |_| {}).await;
     fails(&none, "read", "/data/allowed.txt").await;
+}
+
+/// A fresh plugin data root for `test`: `data/` holding `allowed.txt`, `outside/` next to the
+/// root holding `secret.txt`, and the root itself.
+fn data_root(test: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let base = std::env::temp_dir().join(format!("wasmop-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("root");
+    std::fs::create_dir_all(root.join("data")).unwrap();
+    std::fs::write(root.join("data/allowed.txt"), "hello").unwrap();
+    std::fs::create_dir_all(base.join("outside")).unwrap();
+    std::fs::write(base.join("outside/secret.txt"), "secret").unwrap();
+    (base, root)
+}
+
+/// `grants.readOnlyDir` resolves under the plugin data root only: `..`, a symlink that leads
+/// out of it, a directory elsewhere and the ServiceAccount token's directory fail the load with
+/// the reason; a symlink inside the root to a directory inside it is followed.
+#[tokio::test]
+async fn read_only_dirs_resolve_under_the_plugin_data_root_only() {
+    use std::os::unix::fs::symlink;
+    let (base, root) = data_root("data-root");
+    let rt = runtime();
+    rt.set_plugin_data_root(DataRoot::new(&root).unwrap());
+    symlink("data", root.join("relative")).unwrap();
+    symlink(root.join("data"), root.join("absolute")).unwrap();
+    symlink("../outside", root.join("up")).unwrap();
+    symlink(base.join("outside"), root.join("away")).unwrap();
+    symlink("/proc/self", root.join("proc")).unwrap();
+
+    for inside in ["data", "relative", "absolute", "./data"] {
+        let dir = format!("{}/{inside}", root.display());
+        let p = load_hostile(&rt, |s| s.grants.read_only_dir = Some(dir.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{inside}: {e}"));
+        p.route(request("read", "/data/allowed.txt"))
+            .await
+            .unwrap_or_else(|e| panic!("{inside}: {e}"));
+    }
+
+    let refused = async |dir: String| {
+        let e = load_hostile(&rt, |s| s.grants.read_only_dir = Some(dir.clone()))
+            .await
+            .expect_err(&dir);
+        assert!(
+            e.message
+                .starts_with(&format!("grants.readOnlyDir {dir:?}: ")),
+            "{e}"
+        );
+        e.message
+    };
+    let r = root.display();
+    let dotdot = refused(format!("{r}/data/../../outside")).await;
+    assert!(dotdot.contains("`..` is not allowed"), "{dotdot}");
+    let up = refused(format!("{r}/up")).await;
+    assert!(
+        up.contains(&format!(
+            "{r}/up is a symlink to ../outside, which leads out of the plugin data root"
+        )),
+        "{up}"
+    );
+    let away = refused(format!("{r}/away")).await;
+    assert!(
+        away.contains("which leads out of the plugin data root"),
+        "{away}"
+    );
+    let proc = refused(format!("{r}/proc")).await;
+    assert!(proc.contains("is a symlink to /proc/self"), "{proc}");
+    let elsewhere = refused(base.join("outside").display().to_string()).await;
+    assert!(
+        elsewhere.contains(": outside the plugin data root"),
+        "{elsewhere}"
+    );
+    assert!(
+        elsewhere.contains(&format!(
+            "under the plugin data root {r} (--plugin-data-root)"
+        )),
+        "{elsewhere}"
+    );
+    let token = refused("/var/run/secrets/kubernetes.io/serviceaccount".into()).await;
+    assert!(
+        token.contains(": refused: /var/run/secrets holds the pod's ServiceAccount token"),
+        "{token}"
+    );
+    for dir in ["/", "/proc/1", "/dev", "/run/secrets"] {
+        let e = refused(dir.into()).await;
+        assert!(e.contains(": refused: "), "{e}");
+    }
+    let missing = refused(format!("{r}/missing")).await;
+    assert!(missing.contains("cannot be read"), "{missing}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A directory replaced by a symlink after its entry loaded (by someone who can write inside
+/// the root) is not followed: the call fails to instantiate and reads nothing.
+#[tokio::test]
+async fn a_symlink_planted_after_the_load_leads_nowhere() {
+    let (base, root) = data_root("planted");
+    let rt = runtime();
+    rt.set_plugin_data_root(DataRoot::new(&root).unwrap());
+    let dir = root.join("data").display().to_string();
+    let p = hostile(&rt, |s| s.grants.read_only_dir = Some(dir.clone())).await;
+    p.route(request("read", "/data/allowed.txt")).await.unwrap();
+
+    std::fs::rename(root.join("data"), base.join("moved")).unwrap();
+    std::os::unix::fs::symlink(base.join("outside"), root.join("data")).unwrap();
+    let e = p
+        .route(request("read", "/data/secret.txt"))
+        .await
+        .expect_err("the planted symlink is not followed");
+    let Failure::Instantiate(why) = &e.failure else {
+        panic!("{e}")
+    };
+    assert!(
+        why.contains("is not the directory it was when the entry loaded"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A `grants.readOnlyDir` refused by the rule fails its entry alone, as a failed load does:
+/// the last good version keeps serving and the status says why.
+#[tokio::test]
+async fn a_refused_read_only_dir_fails_its_entry_alone() {
+    let (base, root) = data_root("registry-dir");
+    let rt = runtime();
+    rt.set_plugin_data_root(DataRoot::new(&root).unwrap());
+    let registry = Registry::new(rt);
+    let doc = |dir: &str| {
+        RegistryConfig::parse(&format!(
+            "plugins:\n\
+             - {{name: reader, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{readOnlyDir: '{dir}'}}}}\n\
+             - {{name: other, hook: routing, source: 'builtin://routing-istio', \
+                 settings: {{responseHeader: x-{}}}}}\n",
+            dir.len()
+        ))
+        .unwrap()
+    };
+    let fetch = LocalFetch::default();
+    let good = format!("{}/data", root.display());
+    let report = registry.apply(doc(&good), &fetch).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    let first = registry.status(Hook::Routing, Some("reader"));
+    assert!(first.ready, "{first:?}");
+
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let report = registry.apply(doc(token), &fetch).await;
+    assert_eq!(report.loaded, ["other"], "{report:?}");
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert!(report.failed[0].1.contains(": refused: "), "{report:?}");
+    let reader = registry.status(Hook::Routing, Some("reader"));
+    assert_eq!(reader.reason, "LoadFailed", "{reader:?}");
+    assert!(
+        reader.message.contains("ServiceAccount token"),
+        "{reader:?}"
+    );
+    assert_eq!(reader.serving_digest, first.serving_digest);
+    assert!(
+        !registry.has_retryable(),
+        "only a change of the entry fixes it"
+    );
+    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[tokio::test]
@@ -1385,4 +1557,131 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
         (12.0 * 1_048_576.0..=16.0 * 1_048_576.0).contains(&peak),
         "the bomb grew to {peak} bytes, under its 16 MiB limit"
     );
+}
+
+/// A core module of `functions` functions, each with `body` bytes of `nop` in its body.
+fn module(functions: usize, body: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let section = |id: u8, content: Vec<u8>, out: &mut Vec<u8>| {
+        out.push(id);
+        leb(content.len(), out);
+        out.extend(content);
+    };
+    let mut wasm = b"\0asm\x01\0\0\0".to_vec();
+    section(1, vec![1, 0x60, 0, 0], &mut wasm);
+    let mut funcs = Vec::new();
+    leb(functions, &mut funcs);
+    funcs.resize(funcs.len() + functions, 0);
+    section(3, funcs, &mut wasm);
+    let mut code = Vec::new();
+    leb(functions, &mut code);
+    for _ in 0..functions {
+        leb(body + 2, &mut code);
+        code.push(0);
+        code.resize(code.len() + body, 0x01);
+        code.push(0x0b);
+    }
+    section(10, code, &mut wasm);
+    wasm
+}
+
+/// A component whose code is over a compile limit (its functions, its code's bytes, its
+/// largest function) is refused before it is compiled, saying which limit and by how much.
+#[tokio::test]
+async fn code_over_the_compile_limits_is_refused_before_compiling() {
+    let rt = runtime();
+    let limits = wasmop_plugin_host::CompileLimits::default();
+    let refused = async |bytes: Vec<u8>| {
+        let spec = PluginSpec::new("big", Hook::Routing, "file:///big.wasm");
+        rt.load(&spec, &bytes)
+            .await
+            .expect_err("over a limit")
+            .message
+    };
+    let hint = "a component may have to be compiled (compiling needs memory in proportion, \
+                docs/plugins.md \"Memory to compile\")";
+    let many = limits.max_functions + 1;
+    assert_eq!(
+        refused(module(many, 0)).await,
+        format!("the component has {many} functions, over the 100000 {hint}")
+    );
+    let long = limits.max_function_bytes + 1;
+    assert_eq!(
+        refused(module(1, long - 2)).await,
+        format!("the component has {long} bytes in one function, over the 1048576 {hint}")
+    );
+    let much = refused(module(13, (1 << 20) - 100)).await;
+    assert!(
+        much.ends_with(&format!("bytes of code, over the 12582912 {hint}")),
+        "{much}"
+    );
+    // Within the limits, the same bytes reach the compiler, which says what they are.
+    let small = refused(module(10, 10)).await;
+    assert!(small.starts_with("a core WebAssembly module"), "{small}");
+}
+
+/// A component whose compile ended the process last time (its marker left in the compile
+/// cache, nobody holding it) fails its load with the reason and the way out, and only it:
+/// other components load, and once the marker is removed it compiles.
+#[tokio::test]
+async fn a_component_whose_compile_ended_the_last_process_is_not_compiled_again() {
+    let dir = std::env::temp_dir().join(format!("wasmop-marker-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fixture = components_dir().join("wasmop_hostile_fixture.wasm");
+    let digest = sha256_hex(&std::fs::read(&fixture).unwrap());
+    // Left by the process before: it was killed while compiling.
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join(format!("{digest}.compiling"));
+    std::fs::write(&marker, "compiling since … in process 1\n").unwrap();
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: Some(dir.clone()),
+        max_concurrent_calls: 1,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let registry = Registry::new(rt.clone());
+    let config = RegistryConfig::parse(&format!(
+        "plugins:\n\
+         - {{name: killer, hook: routing, source: 'file://{}', sha256: {digest}}}\n\
+         - {{name: fine, hook: routing, source: 'builtin://routing-istio'}}\n",
+        fixture.display()
+    ))
+    .unwrap();
+    let report = registry.apply(config, &LocalFetch::default()).await;
+    assert_eq!(
+        report.failed,
+        [(
+            "killer".to_owned(),
+            format!(
+                "compiling this component ended the process last time (out of memory?); change \
+                 the component or remove {}",
+                marker.display()
+            )
+        )]
+    );
+    assert!(report.loaded.contains(&"fine".to_owned()), "{report:?}");
+    assert!(!registry.has_retryable(), "it waits for a change");
+    assert!(marker.exists(), "the marker stays until removed");
+
+    std::fs::remove_file(&marker).unwrap();
+    let spec = PluginSpec::new("killer", Hook::Routing, "file:///hostile.wasm");
+    rt.load(&spec, &std::fs::read(&fixture).unwrap())
+        .await
+        .expect("compiles once the marker is removed");
+    assert!(
+        !marker.exists(),
+        "and its own marker is gone once it compiled"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,7 +12,8 @@ use wasmop_plugin_host::registry::{
     CONFIGMAP_KEY, CONFIGMAP_NAME, Fetch, LocalFetch, Registry, RegistryConfig, Source,
 };
 use wasmop_plugin_host::{
-    CallError, Failure, Grants, Hook, Limits, Plugin, PluginRuntime, PluginSpec, RuntimeOptions,
+    CallError, DEFAULT_PLUGIN_DATA_ROOT, DataRoot, Failure, Grants, Hook, Limits, Plugin,
+    PluginRuntime, PluginSpec, RuntimeOptions,
 };
 
 /// `wasmop plugin …`
@@ -42,6 +43,11 @@ pub(crate) enum PluginCommand {
         /// `wasmop run --extra-ca-file`.
         #[arg(long, value_name = "FILE")]
         extra_ca_file: Option<PathBuf>,
+        /// The directory every `grants.readOnlyDir` must be under, as `wasmop run
+        /// --plugin-data-root`.
+        #[arg(long, env = "WASMOP_PLUGIN_DATA_ROOT", value_name = "DIR",
+              default_value = DEFAULT_PLUGIN_DATA_ROOT, value_parser = parse_data_root)]
+        plugin_data_root: DataRoot,
     },
     /// Make one call under production limits and print the result as JSON.
     Run {
@@ -72,9 +78,14 @@ pub(crate) struct EntryOptions {
     /// `grants.allowedHosts`; repeat for more hosts. Without it every request is denied.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     pub allow_hosts: Vec<String>,
-    /// A directory the plugin may read at `/data`, as an entry's `grants.readOnlyDir`.
+    /// A directory the plugin may read at `/data`, as an entry's `grants.readOnlyDir`: under
+    /// `--plugin-data-root`, by the operator's rule (no `..`, no symlink leading out of it).
     #[arg(long, value_name = "DIR")]
     pub read_only_dir: Option<PathBuf>,
+    /// The directory `--read-only-dir` must be under, as `wasmop run --plugin-data-root`
+    /// [default: the current directory].
+    #[arg(long, env = "WASMOP_PLUGIN_DATA_ROOT", value_name = "DIR")]
+    pub plugin_data_root: Option<PathBuf>,
     /// Linear memory cap in MiB (`limits.memoryMiB`).
     #[arg(long, value_name = "MIB", default_value_t = Limits::default().memory_mib,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -103,16 +114,25 @@ impl EntryOptions {
         }
     }
 
-    /// The entry's `grants`.
+    /// The entry's `grants`, with `--read-only-dir` resolved to its real path under
+    /// `--plugin-data-root` (both made absolute against the current directory).
     ///
     /// # Errors
-    /// `--read-only-dir` is not a readable directory.
+    /// `--read-only-dir` is refused by the rule of [`DataRoot::resolve`] or cannot be read,
+    /// or `--plugin-data-root` is refused; an `--allow-host` is not a host.
     fn grants(&self) -> anyhow::Result<Grants> {
         let read_only_dir = match &self.read_only_dir {
             Some(dir) => {
-                std::fs::read_dir(dir)
-                    .with_context(|| format!("cannot read --read-only-dir {}", dir.display()))?;
-                Some(dir.display().to_string())
+                let shown = dir.display();
+                let root = self.data_root()?;
+                let absolute =
+                    std::path::absolute(dir).with_context(|| format!("--read-only-dir {shown}"))?;
+                let real = root
+                    .resolve(&absolute.display().to_string())
+                    .map_err(|why| anyhow::anyhow!("--read-only-dir {shown}: {why}"))?;
+                std::fs::read_dir(&real)
+                    .with_context(|| format!("cannot read --read-only-dir {shown}"))?;
+                Some(real.display().to_string())
             }
             None => None,
         };
@@ -124,6 +144,40 @@ impl EntryOptions {
             allowed_hosts: self.allow_hosts.clone(),
             read_only_dir,
         })
+    }
+
+    /// `--plugin-data-root`, the current directory by default.
+    ///
+    /// # Errors
+    /// The directory is refused ([`DataRoot::new`]), or the current directory is unknown.
+    fn data_root(&self) -> anyhow::Result<DataRoot> {
+        let root = match &self.plugin_data_root {
+            Some(root) => std::path::absolute(root)
+                .with_context(|| format!("--plugin-data-root {}", root.display()))?,
+            None => std::env::current_dir().context("the current directory")?,
+        };
+        let shown = root.display().to_string();
+        DataRoot::new(root).map_err(|e| {
+            let given = if self.plugin_data_root.is_some() {
+                String::new()
+            } else {
+                " (the current directory; pass --plugin-data-root)".to_owned()
+            };
+            anyhow::anyhow!("--plugin-data-root {shown}{given}: {e}")
+        })
+    }
+
+    /// A runtime for the entry: [`EntryOptions::runtime_options`], and `--plugin-data-root` as
+    /// the plugin data root when `--read-only-dir` is given.
+    ///
+    /// # Errors
+    /// As [`EntryOptions::runtime_options`] and [`EntryOptions::data_root`].
+    fn runtime(&self) -> anyhow::Result<Arc<PluginRuntime>> {
+        let runtime = PluginRuntime::new(self.runtime_options()?)?;
+        if self.read_only_dir.is_some() {
+            runtime.set_plugin_data_root(self.data_root()?);
+        }
+        Ok(runtime)
     }
 
     /// The runtime options: the defaults plus `--extra-ca-file`.
@@ -153,7 +207,8 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::CheckRegistry {
             file,
             extra_ca_file,
-        } => plugin_check_registry(&file, extra_ca_file.as_deref()).await,
+            plugin_data_root,
+        } => plugin_check_registry(&file, extra_ca_file.as_deref(), plugin_data_root).await,
         PluginCommand::Run {
             hook,
             plugin,
@@ -164,6 +219,15 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
             .await
             .map(|()| ExitCode::SUCCESS),
     }
+}
+
+/// `--plugin-data-root` of `wasmop run` and `plugin check-registry`: an absolute directory
+/// that [`DataRoot::new`] accepts.
+///
+/// # Errors
+/// [`DataRoot::new`]'s message.
+pub(crate) fn parse_data_root(root: &str) -> Result<DataRoot, String> {
+    DataRoot::new(root)
 }
 
 fn settings_value(settings: &str) -> anyhow::Result<serde_json::Value> {
@@ -177,7 +241,7 @@ async fn plugin_check(
     entry: &EntryOptions,
 ) -> anyhow::Result<ExitCode> {
     let (bytes, name) = read_plugin(plugin).await?;
-    let runtime = PluginRuntime::new(entry.runtime_options()?)?;
+    let runtime = entry.runtime()?;
     let settings = settings_value(settings)?;
     let (limits, grants) = (entry.limits(), entry.grants()?);
     let hooks: Vec<Hook> = hook.map_or_else(|| Hook::ALL.to_vec(), |h| vec![h]);
@@ -229,6 +293,7 @@ async fn plugin_check(
 async fn plugin_check_registry(
     file: &Path,
     extra_ca_file: Option<&Path>,
+    plugin_data_root: DataRoot,
 ) -> anyhow::Result<ExitCode> {
     let shown = file.display();
     let (doc, binaries) = read_registry_file(file)?;
@@ -244,6 +309,7 @@ async fn plugin_check_registry(
         extra_ca_pem: extra_ca_pem.clone(),
         ..RuntimeOptions::default()
     })?;
+    runtime.set_plugin_data_root(plugin_data_root);
     let registry = Registry::new(runtime);
     let fetch = ManifestFetch {
         binaries,
@@ -407,7 +473,7 @@ async fn plugin_run(
     settings: &str,
     entry: &EntryOptions,
 ) -> anyhow::Result<()> {
-    let runtime = PluginRuntime::new(entry.runtime_options()?)?;
+    let runtime = entry.runtime()?;
     let plugin = load_for_cli(
         &runtime,
         hook,

@@ -56,6 +56,18 @@ pub(crate) struct RunOptions {
     /// warning, where the reservation is refused.
     #[arg(long, env = "WASMOP_POOLING", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub pooling: bool,
+    /// The directory every `grants.readOnlyDir` must be under (resolved without following a
+    /// symlink out of it; `/`, `/proc`, `/sys`, `/dev` and the Secrets' directories are
+    /// refused). The chart mounts a volume there.
+    #[arg(long, env = "WASMOP_PLUGIN_DATA_ROOT", value_name = "DIR",
+          default_value = wasmop_plugin_host::DEFAULT_PLUGIN_DATA_ROOT,
+          value_parser = crate::plugin_tools::parse_data_root)]
+    pub plugin_data_root: wasmop_plugin_host::DataRoot,
+    /// Wall clock a plugin compile may take: past it the entry fails to load ("too large or too
+    /// complex to compile here") and the compile is dropped once it ends. Accepts `90s`, `2m`.
+    #[arg(long, env = "WASMOP_COMPILE_TIMEOUT", default_value = "60s",
+          value_parser = wasmop_resolver::parse_duration)]
+    pub compile_timeout: std::time::Duration,
     /// Routing controller options.
     #[command(flatten)]
     pub routing: routing::Options,
@@ -83,6 +95,11 @@ pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
         extra_ca_pem: wasmop_plugin_host::read_extra_ca_file(opts.extra_ca_file.as_deref())?,
         ..RuntimeOptions::default()
     })?;
+    runtime.set_plugin_data_root(opts.plugin_data_root.clone());
+    runtime.set_compile_limits(wasmop_plugin_host::CompileLimits {
+        timeout: opts.compile_timeout,
+        ..wasmop_plugin_host::CompileLimits::default()
+    });
     wasmop_kernel::metrics::register_with(|registry| runtime.register_metrics(registry));
     let kernel = Kernel::new(
         client,
@@ -104,6 +121,7 @@ pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
         namespace = %opts.namespace,
         identity = %opts.identity,
         watch_namespace = opts.watch_namespace.as_deref().unwrap_or("(all)"),
+        plugin_data_root = %opts.plugin_data_root.path().display(),
         controllers = ?opts.controllers,
         "wasmop starting"
     );

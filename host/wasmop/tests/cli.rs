@@ -132,7 +132,11 @@ fn check_runs_validate_settings_under_the_entry_flags() {
     assert_says(&denied, "settings rejected");
     assert_says(&denied, "read /data/marker");
 
-    let granted = check(reads, &["--read-only-dir", dir.to_str().unwrap()]);
+    let root = ["--plugin-data-root", dir.to_str().unwrap()];
+    let granted = check(
+        reads,
+        &[&root[..], &["--read-only-dir", dir.to_str().unwrap()]].concat(),
+    );
     assert!(granted.status.success(), "{}", text(&granted));
     assert_says(&granted, "settings accepted");
 
@@ -140,10 +144,107 @@ fn check_runs_validate_settings_under_the_entry_flags() {
     assert_eq!(slow.status.code(), Some(1), "{}", text(&slow));
     assert_says(&slow, "timed out after 120 ms (limits.timeoutMs)");
 
-    let missing = check("{}", &["--read-only-dir", "/nonexistent/wasmop"]);
+    let gone = dir.join("missing");
+    let gone = gone.to_str().unwrap();
+    let missing = check("{}", &[&root[..], &["--read-only-dir", gone]].concat());
     assert!(!missing.status.success(), "{}", text(&missing));
-    assert_says(&missing, "cannot read --read-only-dir /nonexistent/wasmop");
+    assert_says(
+        &missing,
+        &format!("--read-only-dir {gone}: {gone} cannot be read"),
+    );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--read-only-dir` follows the operator's rule under `--plugin-data-root` (by default the
+/// current directory): a relative directory inside it is granted, and `..`, a symlink leading
+/// out of it, a directory elsewhere and the ServiceAccount token's directory are refused before
+/// anything runs, each with its reason.
+#[test]
+fn read_only_dir_stays_under_the_plugin_data_root() {
+    let base = std::env::temp_dir().join(format!("wasmop-cli-root-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("root");
+    std::fs::create_dir_all(root.join("data")).unwrap();
+    std::fs::write(root.join("data/marker"), "x").unwrap();
+    std::fs::create_dir_all(base.join("outside")).unwrap();
+    std::os::unix::fs::symlink("../outside", root.join("up")).unwrap();
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let check = |flags: &[&str]| {
+        let mut args = vec!["plugin", "check", &fixture, "--hook", "routing"];
+        args.extend(["--settings", r#"{"read":"/data/marker"}"#]);
+        args.extend(flags);
+        Command::new(env!("CARGO_BIN_EXE_wasmop"))
+            .args(&args)
+            .current_dir(&root)
+            .env_remove("WASMOP_PLUGIN_DATA_ROOT")
+            .output()
+            .unwrap()
+    };
+
+    let granted = check(&["--read-only-dir", "data"]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    assert_says(&granted, "settings accepted");
+
+    let refused = |flags: &[&str], why: &str| {
+        let out = check(flags);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert_says(&out, why);
+    };
+    refused(
+        &["--read-only-dir", "data/../../outside"],
+        "`..` is not allowed",
+    );
+    refused(
+        &["--read-only-dir", "up"],
+        "up is a symlink to ../outside, which leads out of the plugin data root",
+    );
+    let outside = base.join("outside");
+    refused(
+        &["--read-only-dir", outside.to_str().unwrap()],
+        "outside the plugin data root; a plugin may read only directories under the plugin \
+         data root",
+    );
+    refused(
+        &[
+            "--read-only-dir",
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+        ],
+        "refused: /var/run/secrets holds the pod's ServiceAccount token",
+    );
+    refused(
+        &["--plugin-data-root", "/", "--read-only-dir", "/etc"],
+        "--plugin-data-root /: the plugin data root / is refused: / is the whole file system",
+    );
+
+    // check-registry applies the rule to every entry, under its own --plugin-data-root.
+    let registry = base.join("plugins.yaml");
+    std::fs::write(
+        &registry,
+        format!(
+            "plugins:\n\
+             - {{name: reader, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{readOnlyDir: '{}/data'}}}}\n\
+             - {{name: token, hook: routing, source: 'builtin://routing-istio', \
+                 grants: {{readOnlyDir: /var/run/secrets/kubernetes.io/serviceaccount}}}}\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    let out = wasmop(&[
+        "plugin",
+        "check-registry",
+        registry.to_str().unwrap(),
+        "--plugin-data-root",
+        root.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(&out, "ok: reader (routing)");
+    assert_says(
+        &out,
+        "FAIL: token (routing): grants.readOnlyDir \"/var/run/secrets/kubernetes.io/serviceaccount\": \
+         refused: /var/run/secrets holds the pod's ServiceAccount token",
+    );
+    std::fs::remove_dir_all(&base).ok();
 }
 
 #[test]
@@ -294,7 +395,12 @@ fn run_takes_the_grants_and_limits_of_a_registry_entry() {
     let denied = run("routing", &fixture, &read, &[]);
     assert!(!denied.status.success(), "{}", text(&denied));
     assert_says(&denied, "read /data/hello.txt");
-    let granted = run("routing", &fixture, &read, &["--read-only-dir", data]);
+    let granted = run(
+        "routing",
+        &fixture,
+        &read,
+        &["--plugin-data-root", data, "--read-only-dir", data],
+    );
     assert!(granted.status.success(), "{}", text(&granted));
     let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
     assert_eq!(v["http"], serde_json::json!([]), "{v}");
@@ -302,9 +408,17 @@ fn run_takes_the_grants_and_limits_of_a_registry_entry() {
         "routing",
         &fixture,
         &read,
-        &["--read-only-dir", "/nonexistent-dir"],
+        &[
+            "--plugin-data-root",
+            "/nonexistent-dir",
+            "--read-only-dir",
+            "/nonexistent-dir",
+        ],
     );
-    assert_says(&missing, "cannot read --read-only-dir /nonexistent-dir");
+    assert_says(
+        &missing,
+        "--read-only-dir /nonexistent-dir: the plugin data root /nonexistent-dir cannot be opened",
+    );
 
     let started = std::time::Instant::now();
     let slow = run(

@@ -541,3 +541,106 @@ async fn the_extra_ca_file_is_trusted_for_https_sources() {
     })
     .await;
 }
+
+/// `grants.readOnlyDir` resolves under `wasmop run --plugin-data-root`: a directory there
+/// serves; the ServiceAccount token's directory fails the entry alone, as a failed load does:
+/// its last good version keeps serving, with a Warning Event on the ConfigMap and
+/// `PluginReady=False` on the DynamicEnv using it.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_read_only_dir_outside_the_plugin_data_root_fails_its_entry() {
+    with_temp_ns("registry-dir", |client: Client, ns: String| async move {
+        let root = wasmop_tests::dump_dir().join(format!("plugin-data-{ns}"));
+        std::fs::create_dir_all(root.join("geo")).unwrap();
+        let doc = |dir: &str| {
+            format!(
+                "plugins:\n  - name: custom-routing\n    hook: routing\n    source: builtin://routing-istio\n    grants: {{readOnlyDir: '{dir}'}}\ndefaults: {{routing: custom-routing}}\n"
+            )
+        };
+        set_registry(&client, &ns, &doc(&root.join("geo").display().to_string())).await;
+        let root_flag = root.display().to_string();
+        let mut operator = Operator::start(
+            env!("CARGO_BIN_EXE_wasmop"),
+            &ns,
+            &["--plugin-data-root", &root_flag],
+        )
+        .await;
+        let addr = operator.addr.clone();
+        let good = eventually("custom-routing loaded with its directory", TIMEOUT, async || {
+            assert!(operator.process.alive(), "the operator exited:\n{}", operator.process.log());
+            plugin_entry(&addr, "custom-routing").filter(|p| p["ready"] == true)
+        })
+        .await;
+
+        let des: Api<DynamicEnv> = Api::namespaced(client.clone(), &ns);
+        let de: DynamicEnv = serde_json::from_value(json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "DynamicEnv", "metadata": {"name": "de"},
+            "spec": {"istioMatches": [{"headers": {"end-user": {"exact": "jason"}}}],
+                     "subsets": [{"name": "reviews", "namespace": ns, "containers": [{"containerName": "app"}]}],
+                     "plugin": "custom-routing"}
+        }))
+        .unwrap();
+        des.create(&PostParams::default(), &de).await.unwrap();
+        eventually("PluginReady=True on the DynamicEnv", TIMEOUT, async || {
+            plugin_ready(&des.get("de").await.ok()?).filter(|c| c.status == "True")
+        })
+        .await;
+
+        set_registry(&client, &ns, &doc("/var/run/secrets/kubernetes.io/serviceaccount")).await;
+        let failed = eventually("custom-routing reports LoadFailed", TIMEOUT, async || {
+            plugin_entry(&addr, "custom-routing").filter(|p| p["reason"] == "LoadFailed")
+        })
+        .await;
+        assert_eq!(failed["servingDigest"], good["servingDigest"], "the last good version keeps serving");
+        let message = failed["message"].as_str().unwrap();
+        assert!(
+            message.contains("refused: /var/run/secrets holds the pod's ServiceAccount token"),
+            "{failed}"
+        );
+        let event = registry_event(&client, &ns, "PluginLoadFailed", "ServiceAccount token").await;
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        let cond = eventually("PluginReady=False on the DynamicEnv", TIMEOUT, async || {
+            plugin_ready(&des.get("de").await.ok()?).filter(|c| c.status == "False")
+        })
+        .await;
+        assert_eq!(cond.reason, "LoadFailed");
+        assert!(cond.message.contains("ServiceAccount token"), "{}", cond.message);
+        assert!(operator.process.alive(), "a refused grant never takes the operator down");
+        let _ = std::fs::remove_dir_all(&root);
+    })
+    .await;
+}
+
+/// The chart mounts the plugin data root read-only (an emptyDir unless a volume is given) and
+/// passes it as `--plugin-data-root`, so every `grants.readOnlyDir` is confined to that volume.
+#[test]
+fn the_chart_mounts_the_plugin_data_root_read_only() {
+    let text =
+        std::fs::read_to_string(wasmop_tests::repo_root().join("deploy/manifests/wasmop.yaml"))
+            .unwrap();
+    let operator = serde_yaml::Deserializer::from_str(&text)
+        .filter_map(|doc| <Value as serde::Deserialize>::deserialize(doc).ok())
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "wasmop")
+        .expect("the operator Deployment");
+    let pod = &operator["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let root = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--plugin-data-root="))
+        .expect("--plugin-data-root");
+    assert_eq!(root, wasmop_plugin_host::DEFAULT_PLUGIN_DATA_ROOT);
+    let named = |list: &Value| {
+        list.as_array()
+            .and_then(|l| l.iter().find(|v| v["name"] == "plugin-data"))
+            .cloned()
+    };
+    let mount = named(&container["volumeMounts"]).expect("the plugin data root is mounted");
+    assert_eq!(
+        (mount["mountPath"].as_str(), &mount["readOnly"]),
+        (Some(root), &json!(true))
+    );
+    let volume = named(&pod["volumes"]).expect("its volume");
+    assert_eq!(volume["emptyDir"], json!({}), "{volume}");
+}
