@@ -144,36 +144,37 @@ impl Body for Tracked {
     }
 }
 
-/// Serves `conn` until it ends: asks it to close once its requests are answered when `idle`
-/// resolves (then closes it after `linger`) or the shutdown begins, and drops it when the
-/// shutdown closes connections.
-async fn drive<C, E>(
+/// Serves `conn` until it ends: asks it to close once its requests are answered when the
+/// shutdown begins or an `idle` timer resolves, drops it when a second `idle` timer resolves
+/// after that (no request opened in between), and when the shutdown closes connections.
+async fn drive<C, E, I>(
     conn: C,
     graceful_shutdown: fn(Pin<&mut C>),
     mut phase: watch::Receiver<Phase>,
-    idle: impl Future<Output = ()>,
-    linger: Duration,
+    mut idle: impl FnMut() -> I,
 ) -> Result<(), BoxError>
 where
     C: Future<Output = Result<(), E>>,
     E: Into<BoxError>,
+    I: Future<Output = ()>,
 {
     let mut conn = std::pin::pin!(conn);
-    let mut idle = std::pin::pin!(idle);
+    let mut idle_timer = std::pin::pin!(idle());
     let mut closing = false;
-    let mut idle_close = None;
+    let mut idle_closing = false;
     loop {
         tokio::select! {
             ended = conn.as_mut() => return ended.map_err(Into::into),
-            () = &mut idle, if idle_close.is_none() => {
-                tracing::debug!("closing an idle connection");
+            () = idle_timer.as_mut() => {
+                if std::mem::replace(&mut idle_closing, true) {
+                    tracing::debug!("closing an idle connection that did not close when asked");
+                    return Ok(());
+                }
+                tracing::debug!("asking an idle connection to close");
                 if !std::mem::replace(&mut closing, true) {
                     graceful_shutdown(conn.as_mut());
                 }
-                idle_close = Some(Box::pin(tokio::time::sleep(linger)));
-            }
-            () = async { idle_close.as_mut().expect("guarded").await }, if idle_close.is_some() => {
-                return Ok(());
+                idle_timer.set(idle());
             }
             changed = phase.changed() => {
                 let now = *phase.borrow_and_update();
@@ -295,8 +296,7 @@ impl Resolver {
                     conn,
                     http1::Connection::graceful_shutdown,
                     phase,
-                    std::future::pending(),
-                    header_read_timeout,
+                    std::future::pending::<()>,
                 )
                 .await
             }
@@ -316,8 +316,7 @@ impl Resolver {
                     conn,
                     auto::Connection::graceful_shutdown,
                     phase,
-                    activity.idle(header_read_timeout),
-                    header_read_timeout,
+                    || activity.clone().idle(header_read_timeout),
                 ))
                 .await
             }
