@@ -7,6 +7,11 @@
 //! ElasticService's `spec.service`, the Service's own name, the EndpointSlice's
 //! `kubernetes.io/service-name` label). A relist (`Init` … `InitDone`) replaces a kind
 //! atomically, as kube's reflector does.
+//!
+//! Only EndpointSlices written by Kubernetes' EndpointSlice controller or by wasmop's scaling
+//! controller count ([`TRUSTED_SLICE_MANAGERS`]): a slice anyone else wrote for a private
+//! Service (a namespace user who may create EndpointSlices) is ignored, so that it cannot point
+//! the resolver at an address of its choosing.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -25,6 +30,20 @@ use wasmop_api::names::private_service_name;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label that names the controller that manages an EndpointSlice.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// The [`MANAGED_BY_LABEL`] values of the EndpointSlices the resolver reads: Kubernetes'
+/// EndpointSlice controller (the private Services' slices) and wasmop's scaling controller.
+/// Slices with any other value, or none, are ignored.
+pub const TRUSTED_SLICE_MANAGERS: [&str; 2] = ["endpointslice-controller.k8s.io", "wasmop.dev"];
+
+/// The label selector of the EndpointSlice watch: the trusted managers' slices only.
+pub(crate) fn trusted_slices_selector() -> String {
+    format!(
+        "{MANAGED_BY_LABEL} in ({})",
+        TRUSTED_SLICE_MANAGERS.join(",")
+    )
+}
 
 /// What the resolver keeps of an ElasticService.
 #[derive(Debug)]
@@ -343,7 +362,12 @@ impl Mirrored for Service {
 impl Mirrored for EndpointSlice {
     type Entry = SliceEntry;
     fn entry(&self) -> Option<(String, SliceEntry)> {
-        let service = self.labels().get(SERVICE_NAME_LABEL)?;
+        let labels = self.labels();
+        let manager = labels.get(MANAGED_BY_LABEL)?;
+        if !TRUSTED_SLICE_MANAGERS.contains(&manager.as_str()) {
+            return None;
+        }
+        let service = labels.get(SERVICE_NAME_LABEL)?;
         Some((service.clone(), SliceEntry::of(self)))
     }
     fn mirror(state: &mut State) -> &mut Mirror<SliceEntry> {
@@ -541,7 +565,7 @@ pub(crate) mod tests {
         .unwrap()
     }
 
-    /// An EndpointSlice of `service`.
+    /// An EndpointSlice of `service`, written by Kubernetes' EndpointSlice controller.
     pub(crate) fn slice(
         ns: &str,
         name: &str,
@@ -549,9 +573,32 @@ pub(crate) mod tests {
         ports: serde_json::Value,
         endpoints: serde_json::Value,
     ) -> EndpointSlice {
+        slice_by(
+            Some("endpointslice-controller.k8s.io"),
+            ns,
+            name,
+            service,
+            ports,
+            endpoints,
+        )
+    }
+
+    /// An EndpointSlice of `service` whose managed-by label is `manager` (none when `None`).
+    pub(crate) fn slice_by(
+        manager: Option<&str>,
+        ns: &str,
+        name: &str,
+        service: &str,
+        ports: serde_json::Value,
+        endpoints: serde_json::Value,
+    ) -> EndpointSlice {
+        let mut labels = json!({SERVICE_NAME_LABEL: service});
+        if let Some(manager) = manager {
+            labels[MANAGED_BY_LABEL] = json!(manager);
+        }
         serde_json::from_value(json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-            "metadata": {"name": name, "namespace": ns, "labels": {SERVICE_NAME_LABEL: service}},
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
             "ports": ports, "endpoints": endpoints,
         }))
         .unwrap()
@@ -758,5 +805,72 @@ pub(crate) mod tests {
             c.lookup(&target("a", "two", None)),
             Lookup::Found(_)
         ));
+    }
+
+    #[test]
+    fn only_slices_of_the_endpointslice_controller_or_wasmop_count() {
+        let c = Catalog::new();
+        c.elastic_service_event(watcher::Event::Apply(es("a", "es", "web", json!({}))));
+        c.service_event(watcher::Event::Apply(svc(
+            "a",
+            "web",
+            json!([{"name": "http", "port": 80}]),
+        )));
+        let ports = json!([{"name": "http", "port": 8080}]);
+        let ready = |ip: &str| json!([{"addresses": [ip], "conditions": {"ready": true}}]);
+        // A namespace user's slices for the private Service: another manager, or none.
+        for (name, manager) in [("forged", Some("someone-else")), ("unlabelled", None)] {
+            c.endpoint_slice_event(watcher::Event::Apply(slice_by(
+                manager,
+                "a",
+                name,
+                &pvt("web"),
+                ports.clone(),
+                ready("192.0.2.66"),
+            )));
+        }
+        assert!(
+            endpoints(&c, &target("a", "web", None)).is_empty(),
+            "forged slices are ignored"
+        );
+        assert_eq!(
+            c.cold_elastic_service("a", "web").as_deref(),
+            Some("es"),
+            "and do not make the service look warm to the demand loop"
+        );
+        for (name, manager, ip) in [
+            ("kube", "endpointslice-controller.k8s.io", "10.244.0.2"),
+            ("wasmop", "wasmop.dev", "10.244.0.3"),
+        ] {
+            c.endpoint_slice_event(watcher::Event::Apply(slice_by(
+                Some(manager),
+                "a",
+                name,
+                &pvt("web"),
+                ports.clone(),
+                ready(ip),
+            )));
+        }
+        assert_eq!(
+            endpoints(&c, &target("a", "web", None)),
+            ["10.244.0.2:8080", "10.244.0.3:8080"]
+        );
+        // A trusted slice relabelled by someone else stops counting.
+        c.endpoint_slice_event(watcher::Event::Apply(slice_by(
+            Some("someone-else"),
+            "a",
+            "kube",
+            &pvt("web"),
+            ports,
+            ready("10.244.0.2"),
+        )));
+        assert_eq!(
+            endpoints(&c, &target("a", "web", None)),
+            ["10.244.0.3:8080"]
+        );
+        assert_eq!(
+            trusted_slices_selector(),
+            "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,wasmop.dev)"
+        );
     }
 }

@@ -158,7 +158,7 @@ mod tests {
             "web",
             serde_json::json!({}),
         )));
-        let queues = Queues::new(10, 1);
+        let queues = Queues::new(10, 1, 100);
         let sink = Arc::new(RecordedDemand::default());
         let a = queues.admit("ns", "web", at(100)).unwrap();
         assert!(a.start_demand);

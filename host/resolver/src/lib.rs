@@ -15,6 +15,7 @@
 pub mod catalog;
 pub mod demand;
 pub mod dial;
+mod framing;
 pub mod host;
 pub mod malloc;
 pub mod metrics;
@@ -66,6 +67,15 @@ pub struct ResolverOptions {
     /// Requests held per service at most; more get 503 with Retry-After.
     #[arg(long, env = "WASMOP_RESOLVER_QUEUE_SIZE", default_value_t = 1000)]
     pub queue_size: usize,
+    /// Requests held across all services at most; more get 503 with Retry-After (each service
+    /// is also bounded by --queue-size).
+    #[arg(long, env = "WASMOP_RESOLVER_MAX_HELD", default_value_t = 10_000)]
+    pub max_held: usize,
+    /// Time allowed for each request head: a connection that sends nothing, stalls in a head,
+    /// or sits idle between requests (HTTP/1 keep-alive, h2c without an open stream) this long
+    /// is closed.
+    #[arg(long, env = "WASMOP_RESOLVER_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
     /// How long a request is held for a ready endpoint before 504 (e.g. `120s`, `2m`).
     #[arg(long, env = "WASMOP_RESOLVER_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -92,7 +102,8 @@ pub struct ResolverOptions {
     /// Time allowed for one connect.
     #[arg(long, env = "WASMOP_RESOLVER_CONNECT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
-    /// How long open connections may take to finish after SIGTERM.
+    /// How long open connections may take to finish after SIGTERM; requests still held then
+    /// are answered 503 with Retry-After.
     #[arg(long, env = "WASMOP_RESOLVER_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Development and tests only: `FROM_CIDR=TO_CIDR` rewrites dialed addresses keeping the
@@ -128,8 +139,8 @@ impl ResolverOptions {
     /// The request path's settings.
     ///
     /// # Errors
-    /// `--host-header` is not a header name, or `--timeout`, `--queue-size`,
-    /// `--release-concurrency` or `--connect-attempts` is zero.
+    /// `--host-header` is not a header name, or `--timeout`, `--header-read-timeout`,
+    /// `--queue-size`, `--max-held`, `--release-concurrency` or `--connect-attempts` is zero.
     pub(crate) fn proxy_config(&self) -> anyhow::Result<ProxyConfig> {
         let host_header = self
             .host_header
@@ -141,15 +152,22 @@ impl ResolverOptions {
             .transpose()?;
         for (flag, value) in [
             ("--queue-size", self.queue_size),
+            ("--max-held", self.max_held),
             ("--release-concurrency", self.release_concurrency),
             ("--connect-attempts", self.connect_attempts as usize),
             ("--timeout", usize::from(!self.timeout.is_zero())),
+            (
+                "--header-read-timeout",
+                usize::from(!self.header_read_timeout.is_zero()),
+            ),
         ] {
             anyhow::ensure!(value > 0, "{flag} must be greater than zero");
         }
         Ok(ProxyConfig {
             host_header,
             queue_size: self.queue_size,
+            max_held: self.max_held,
+            header_read_timeout: self.header_read_timeout,
             timeout: self.timeout,
             retry_after: self.retry_after,
             release_concurrency: self.release_concurrency,
@@ -191,6 +209,7 @@ pub async fn run(opts: ResolverOptions) -> anyhow::Result<ExitCode> {
         admin = %opts.admin_listen,
         watch_namespace = opts.watch_namespace.as_deref().unwrap_or("(all)"),
         queue_size = opts.queue_size,
+        max_held = opts.max_held,
         timeout = ?opts.timeout,
         "wasmop resolver starting"
     );
@@ -244,6 +263,8 @@ mod tests {
         let config = opts.proxy_config().unwrap();
         assert!(config.connect.map.is_empty());
         assert_eq!(config.connect.attempts, 15);
+        assert_eq!((config.queue_size, config.max_held), (1000, 10_000));
+        assert_eq!(config.header_read_timeout, Duration::from_secs(30));
 
         let opts = parse(&[
             "--host-header",
@@ -273,6 +294,10 @@ mod tests {
             .proxy_config()
             .unwrap_err();
         assert!(zero.to_string().contains("--queue-size"), "{zero}");
+        for flag in ["--max-held", "--header-read-timeout"] {
+            let zero = parse(&[flag, "0"]).unwrap().proxy_config().unwrap_err();
+            assert!(zero.to_string().contains(flag), "{zero}");
+        }
         let header = parse(&["--host-header", "bad header"])
             .unwrap()
             .proxy_config()

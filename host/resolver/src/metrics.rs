@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `wasmop_resolver_requests_queued_total` | counter | namespace, service |
 //! | `wasmop_resolver_requests_forwarded_total` | counter | namespace, service, path (`warm`: endpoints were ready; `cold`: the request was held) |
-//! | `wasmop_resolver_requests_rejected_total` | counter | namespace, service, reason (`bad_host`, `unknown_service`, `unknown_port`, `queue_full`, `timeout`, `gone`, `forward_failed`, `not_synced`) |
+//! | `wasmop_resolver_requests_rejected_total` | counter | namespace, service, reason (`bad_host`, `unknown_service`, `unknown_port`, `queue_full`, `max_held`, `timeout`, `gone`, `forward_failed`, `not_synced`, `shutdown`, `ambiguous_framing`) |
 //! | `wasmop_resolver_probe_responses_total` | counter | namespace, service |
 //! | `wasmop_resolver_held_requests` | gauge | namespace, service |
 //! | `wasmop_resolver_cold_start_seconds` | histogram | namespace, service: from a held request's arrival to the backend's response head |

@@ -11,15 +11,16 @@
 //!
 //! Every request gets an answer: the backend's, a probe answer, or a clear error: 400 (the Host
 //! names no Service), 404 (no ElasticService, Service or port), 502 (forwarding failed after
-//! the connection retries), 503 with `Retry-After` (queue full, or the service was removed
-//! while held), 504 (held past `--timeout`). Bodies and trailers stream both ways; HTTP/2
+//! the connection retries), 503 with `Retry-After` (the service's queue or all queues full,
+//! the service was removed while held, or the resolver is shutting down), 504 (held past
+//! `--timeout`). Bodies and trailers stream both ways; HTTP/2
 //! requests (h2c) go to the backend over h2c, HTTP/1 requests over HTTP/1.1, as upstream
 //! (docs/resolver.md).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -32,14 +33,14 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::catalog::{Catalog, Lookup, Route};
 use super::demand::{self, DemandSink};
 use super::dial::PrefixMap;
 use super::host::{ParsedHost, Target, parse_host};
 use super::metrics;
-use super::queue::Queues;
+use super::queue::{QueueFull, Queues};
 
 /// The body of every answer: the backend's, streamed, or a local one.
 pub(crate) type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
@@ -83,6 +84,12 @@ pub struct ProxyConfig {
     pub host_header: Option<HeaderName>,
     /// Requests held per service at most; more get 503.
     pub queue_size: usize,
+    /// Requests held across all services at most; more get 503.
+    pub max_held: usize,
+    /// Time allowed for a request head to arrive, from the connection's start or the end of its
+    /// last request; a connection that sends nothing, part of a head, or sits idle for this
+    /// long is closed (HTTP/1 and h2c).
+    pub header_read_timeout: Duration,
     /// How long a request is held for a ready endpoint before 504.
     pub timeout: Duration,
     /// `Retry-After` of 503 answers (rounded up to whole seconds).
@@ -100,6 +107,8 @@ impl Default for ProxyConfig {
         Self {
             host_header: None,
             queue_size: 1000,
+            max_held: 10_000,
+            header_read_timeout: Duration::from_secs(30),
             timeout: Duration::from_secs(120),
             retry_after: Duration::from_secs(5),
             release_concurrency: 100,
@@ -122,7 +131,21 @@ struct Shared {
     sink: Arc<dyn DemandSink>,
     h1: Client<Connector, Incoming>,
     h2: Client<Connector, Incoming>,
-    stopping: AtomicBool,
+    phase: watch::Sender<Phase>,
+}
+
+/// How far a shutdown has come (`Resolver::serve`); each phase includes the ones before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Phase {
+    /// Accepting and answering.
+    Serving,
+    /// Unready, no longer accepting; open connections are asked to close once their requests
+    /// are answered, and held requests are still forwarded if an endpoint turns ready.
+    Stopping,
+    /// The grace period is over: requests still held are answered 503 with `Retry-After`.
+    Answering,
+    /// Connections still open are closed.
+    Closed,
 }
 
 impl Resolver {
@@ -143,13 +166,17 @@ impl Resolver {
         let h2 = builder.http2_only(true).build(connector);
         Self {
             shared: Arc::new(Shared {
-                queues: Queues::new(config.queue_size, config.release_concurrency),
+                queues: Queues::new(
+                    config.queue_size,
+                    config.release_concurrency,
+                    config.max_held,
+                ),
                 config,
                 catalog,
                 sink,
                 h1,
                 h2,
-                stopping: AtomicBool::new(false),
+                phase: watch::Sender::new(Phase::Serving),
             }),
         }
     }
@@ -166,11 +193,28 @@ impl Resolver {
 
     /// Whether it is shutting down (readiness fails so that no new traffic is sent to it).
     pub fn is_stopping(&self) -> bool {
-        self.shared.stopping.load(Ordering::Relaxed)
+        *self.shared.phase.borrow() >= Phase::Stopping
     }
 
-    pub(crate) fn set_stopping(&self) {
-        self.shared.stopping.store(true, Ordering::Relaxed);
+    /// Moves the shutdown on to `phase` (never back).
+    pub(crate) fn set_phase(&self, phase: Phase) {
+        self.shared.phase.send_if_modified(|p| {
+            let later = phase > *p;
+            if later {
+                *p = phase;
+            }
+            later
+        });
+    }
+
+    /// A receiver of the shutdown's phase.
+    pub(crate) fn phase(&self) -> watch::Receiver<Phase> {
+        self.shared.phase.subscribe()
+    }
+
+    /// The request path's settings.
+    pub(crate) fn config(&self) -> &ProxyConfig {
+        &self.shared.config
     }
 
     fn host_of<'r>(&self, req: &'r Request<Incoming>) -> Option<&'r str> {
@@ -202,15 +246,18 @@ impl Resolver {
         };
         let catalog = &self.shared.catalog;
         let deadline = arrived + self.shared.config.timeout;
-        if !catalog.is_synced()
-            && tokio::time::timeout_at(deadline.into(), catalog.wait_synced())
-                .await
-                .is_err()
-        {
-            metrics::rejected("", "", "not_synced");
-            return self.retry_later(
-                "the resolver has not yet listed ElasticServices, Services and EndpointSlices (see its log)".into(),
-            );
+        if !catalog.is_synced() {
+            let mut phase = self.phase();
+            tokio::select! {
+                () = catalog.wait_synced() => {}
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    metrics::rejected("", "", "not_synced");
+                    return self.retry_later(
+                        "the resolver has not yet listed ElasticServices, Services and EndpointSlices (see its log)".into(),
+                    );
+                }
+                () = answering(&mut phase) => return self.shutting_down("", ""),
+            }
         }
         let target = &parsed.target;
         let route = match catalog.lookup(target) {
@@ -238,6 +285,14 @@ impl Resolver {
         }
     }
 
+    /// 503 with `Retry-After` for a request still held when the shutdown's grace is over.
+    fn shutting_down(&self, ns: &str, svc: &str) -> Response<ProxyBody> {
+        metrics::rejected(ns, svc, "shutdown");
+        self.retry_later(
+            "this resolver replica is shutting down and the request was not yet forwarded (--shutdown-grace); retry".into(),
+        )
+    }
+
     /// 503 with `Retry-After`.
     fn retry_later(&self, message: String) -> Response<ProxyBody> {
         let mut response = text(StatusCode::SERVICE_UNAVAILABLE, message);
@@ -262,11 +317,16 @@ impl Resolver {
         let (ns, svc) = (target.namespace.as_str(), target.service.as_str());
         let admitted = match shared.queues.admit(ns, svc, arrived_at) {
             Ok(a) => a,
-            Err(full) => {
+            Err(QueueFull::Service { held }) => {
                 metrics::rejected(ns, svc, "queue_full");
                 return Err(self.retry_later(format!(
-                    "{} requests are already held for {target} while it scales up from zero (--queue-size); retry later",
-                    full.held
+                    "{held} requests are already held for {target} while it scales up from zero (--queue-size); retry later"
+                )));
+            }
+            Err(QueueFull::Resolver { held }) => {
+                metrics::rejected(ns, svc, "max_held");
+                return Err(self.retry_later(format!(
+                    "{held} requests are already held across all services (--max-held); {target} is scaled to zero, retry later"
                 )));
             }
         };
@@ -280,6 +340,7 @@ impl Resolver {
             ));
         }
         tracing::debug!(%target, held = queue.len(), "holding a request until an endpoint is ready");
+        let mut phase = self.phase();
         let mut public = shared.catalog.subscribe(ns, svc);
         let mut private_name = route.elastic.private_service.clone();
         let mut private = shared.catalog.subscribe(ns, &private_name);
@@ -307,6 +368,7 @@ impl Resolver {
                 changed = private.changed() => if changed.is_err() {
                     private = shared.catalog.subscribe(ns, &private_name);
                 },
+                () = answering(&mut phase) => return Err(self.shutting_down(ns, svc)),
                 () = tokio::time::sleep_until(deadline) => {
                     metrics::rejected(ns, svc, "timeout");
                     return Err(text(
@@ -319,7 +381,10 @@ impl Resolver {
                 }
             }
         };
-        let slot = queue.release().await;
+        let slot = tokio::select! {
+            slot = queue.release() => slot,
+            () = answering(&mut phase) => return Err(self.shutting_down(ns, svc)),
+        };
         drop(admitted.held);
         Ok((route, slot))
     }
@@ -343,9 +408,15 @@ impl Resolver {
             );
         }
         let client = if h2 { &self.shared.h2 } else { &self.shared.h1 };
-        match client.request(req).await {
+        let (sent, held) = match cold {
+            None => (client.request(req).await, None),
+            Some((arrived, slot)) => (
+                until_head(client.request(req), slot, self.shared.config.timeout).await,
+                Some(arrived.elapsed()),
+            ),
+        };
+        match sent {
             Ok(response) => {
-                let held = cold.as_ref().map(|(arrived, _)| arrived.elapsed());
                 metrics::forwarded(ns, svc, held);
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers, false);
@@ -361,17 +432,7 @@ impl Resolver {
                         .headers
                         .insert(CONNECTION, HeaderValue::from_static("close"));
                 }
-                let body = match cold {
-                    // The release slot is held until the response body has ended.
-                    Some((_, permit)) => body
-                        .map_frame(move |frame| {
-                            let _slot = &permit;
-                            frame
-                        })
-                        .boxed_unsync(),
-                    None => body.boxed_unsync(),
-                };
-                Response::from_parts(parts, body)
+                Response::from_parts(parts, body.boxed_unsync())
             }
             Err(e) => {
                 metrics::rejected(ns, svc, "forward_failed");
@@ -381,6 +442,26 @@ impl Resolver {
                     format!("cannot forward the request to {target}: {}", chain(&e)),
                 )
             }
+        }
+    }
+}
+
+/// Resolves once the shutdown's grace is over (or the resolver is gone).
+async fn answering(phase: &mut watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|p| *p >= Phase::Answering).await;
+}
+
+/// Waits for the backend's response head to `sent`, holding the release `slot` until it has
+/// arrived or `bound` has passed, whichever is first: the slot limits what a fresh pod is
+/// handed at once, and neither a client that never reads its response nor one that never
+/// finishes sending its request can keep it.
+async fn until_head<F: Future>(sent: F, slot: OwnedSemaphorePermit, bound: Duration) -> F::Output {
+    let mut sent = std::pin::pin!(sent);
+    tokio::select! {
+        head = &mut sent => head,
+        () = tokio::time::sleep(bound) => {
+            drop(slot);
+            sent.await
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Bounded per-service queues of held requests (`--queue-size` each; upstream had one global
-//! breaker).
+//! breaker), under one cap across all of them (`--max-held`), so that requests for many
+//! services cannot together hold more than the resolver can afford.
 //!
 //! A held request is a [`Held`] guard: it records the request's arrival time until it is
 //! dropped, whatever ends the wait (forwarded, timed out, the client went away). The oldest
@@ -8,6 +9,7 @@
 //! the whole queue at once.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,6 +23,15 @@ pub struct Queues {
     capacity: usize,
     release_concurrency: usize,
     services: Mutex<HashMap<(String, String), Arc<ServiceQueue>>>,
+    /// Held requests in all queues, and the cap on them.
+    total: Arc<Total>,
+}
+
+/// The held requests of all queues, shared by every [`ServiceQueue`] of a [`Queues`].
+#[derive(Debug)]
+struct Total {
+    held: AtomicUsize,
+    max: usize,
 }
 
 /// The queue of one public Service.
@@ -33,6 +44,7 @@ pub struct ServiceQueue {
     capacity: usize,
     inner: Mutex<Inner>,
     release: Arc<Semaphore>,
+    total: Arc<Total>,
 }
 
 #[derive(Debug, Default)]
@@ -44,12 +56,21 @@ struct Inner {
     last_sent: Option<String>,
 }
 
-/// The queue of a service is full: the request gets 503 with `Retry-After`.
+/// No room to hold a request: it gets 503 with `Retry-After`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{held} requests are already held for this service (--queue-size)")]
-pub struct QueueFull {
-    /// How many are held.
-    pub held: usize,
+pub enum QueueFull {
+    /// The service's queue is full.
+    #[error("{held} requests are already held for this service (--queue-size)")]
+    Service {
+        /// How many are held for the service.
+        held: usize,
+    },
+    /// The resolver holds `--max-held` requests across all services.
+    #[error("{held} requests are already held across all services (--max-held)")]
+    Resolver {
+        /// How many are held in all.
+        held: usize,
+    },
 }
 
 /// A held request; dropping it takes the request out of its queue.
@@ -62,6 +83,7 @@ pub struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.queue.lock().arrivals.remove(&self.seq);
+        self.queue.total.held.fetch_sub(1, Ordering::Relaxed);
         metrics::unheld(&self.queue.namespace, &self.queue.service);
     }
 }
@@ -84,12 +106,16 @@ pub struct Admitted {
 
 impl Queues {
     /// Queues of at most `capacity` held requests each, released `release_concurrency` at a
-    /// time (both at least 1).
-    pub fn new(capacity: usize, release_concurrency: usize) -> Self {
+    /// time, and at most `max_held` held requests in all (each at least 1).
+    pub fn new(capacity: usize, release_concurrency: usize, max_held: usize) -> Self {
         Self {
             capacity: capacity.max(1),
             release_concurrency: release_concurrency.max(1),
             services: Mutex::new(HashMap::new()),
+            total: Arc::new(Total {
+                held: AtomicUsize::new(0),
+                max: max_held.max(1),
+            }),
         }
     }
 
@@ -104,6 +130,7 @@ impl Queues {
                     capacity: self.capacity,
                     inner: Mutex::new(Inner::default()),
                     release: Arc::new(Semaphore::new(self.release_concurrency)),
+                    total: self.total.clone(),
                 })
             })
             .clone()
@@ -112,7 +139,8 @@ impl Queues {
     /// Holds a request for `service` in `namespace` that arrived at `arrived`.
     ///
     /// # Errors
-    /// [`QueueFull`] when `capacity` requests are held already.
+    /// [`QueueFull`] when `capacity` requests are held for the service already, or `max_held`
+    /// in all.
     pub fn admit(
         &self,
         namespace: &str,
@@ -123,10 +151,17 @@ impl Queues {
         let (seq, start_demand) = {
             let mut inner = queue.lock();
             if inner.arrivals.len() >= queue.capacity {
-                return Err(QueueFull {
+                return Err(QueueFull::Service {
                     held: inner.arrivals.len(),
                 });
             }
+            let total = &self.total;
+            total
+                .held
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                    (held < total.max).then_some(held + 1)
+                })
+                .map_err(|held| QueueFull::Resolver { held })?;
             let seq = inner.next;
             inner.next += 1;
             inner.arrivals.insert(seq, arrived);
@@ -150,8 +185,7 @@ impl Queues {
 
     /// How many requests are held in all queues.
     pub fn held_total(&self) -> usize {
-        let services = self.services.lock().unwrap_or_else(|e| e.into_inner());
-        services.values().map(|q| q.len()).sum()
+        self.total.held.load(Ordering::Relaxed)
     }
 }
 
@@ -207,7 +241,9 @@ impl ServiceQueue {
         }
     }
 
-    /// Waits for a release slot; the permit is held until the forwarded response has ended.
+    /// Waits for a release slot; the caller holds the permit until the backend's response head
+    /// has arrived (at most `--timeout`), not while the response body is streamed to a client
+    /// that may never read it.
     pub async fn release(&self) -> OwnedSemaphorePermit {
         self.release
             .clone()
@@ -227,14 +263,14 @@ mod tests {
 
     #[test]
     fn bounded_per_service_with_the_oldest_arrival_tracked() {
-        let q = Queues::new(2, 1);
+        let q = Queues::new(2, 1, 100);
         let a = q.admit("ns", "web", at(20)).unwrap();
         assert!(a.start_demand);
         let b = q.admit("ns", "web", at(10)).unwrap();
         assert!(!b.start_demand, "one demand loop per service");
         assert_eq!(
             q.admit("ns", "web", at(30)).unwrap_err(),
-            QueueFull { held: 2 }
+            QueueFull::Service { held: 2 }
         );
         // Another service has its own queue.
         let other = q.admit("ns", "api", at(5)).unwrap();
@@ -253,7 +289,7 @@ mod tests {
 
     #[test]
     fn the_demand_loop_stops_only_when_empty_and_restarts_on_the_next_request() {
-        let q = Queues::new(10, 1);
+        let q = Queues::new(10, 1, 100);
         let a = q.admit("ns", "web", at(1)).unwrap();
         let queue = a.held.queue().clone();
         assert_eq!(queue.oldest_or_stop(), Some(at(1)));
@@ -268,7 +304,7 @@ mod tests {
 
     #[test]
     fn signals_are_spaced_by_the_interval_and_values_deduplicated() {
-        let q = Queues::new(10, 1);
+        let q = Queues::new(10, 1, 100);
         let queue = q.admit("ns", "web", at(1)).unwrap().held.queue().clone();
         assert_eq!(
             queue.signal_wait(Duration::from_secs(60)),
@@ -288,9 +324,35 @@ mod tests {
         assert_eq!(queue.signal_wait(Duration::ZERO), None);
     }
 
+    #[test]
+    fn one_cap_bounds_the_held_requests_of_all_services_together() {
+        let q = Queues::new(2, 1, 3);
+        let a = q.admit("ns", "web", at(1)).unwrap();
+        let b = q.admit("ns", "api", at(2)).unwrap();
+        let c = q.admit("other", "web", at(3)).unwrap();
+        assert_eq!(q.held_total(), 3);
+        assert_eq!(
+            q.admit("ns", "new", at(4)).unwrap_err(),
+            QueueFull::Resolver { held: 3 },
+            "a service with an empty queue is refused too"
+        );
+        let d = q.admit("ns", "web", at(5));
+        assert_eq!(d.unwrap_err(), QueueFull::Resolver { held: 3 });
+        assert_eq!(q.held("ns", "web"), 1, "a refused request is not held");
+        drop(b);
+        let e = q.admit("ns", "web", at(6)).unwrap();
+        assert_eq!(
+            q.admit("ns", "web", at(7)).unwrap_err(),
+            QueueFull::Service { held: 2 },
+            "--queue-size still applies under the cap"
+        );
+        drop((a, c, e));
+        assert_eq!(q.held_total(), 0);
+    }
+
     #[tokio::test]
     async fn release_slots_bound_concurrent_forwards() {
-        let q = Queues::new(10, 2);
+        let q = Queues::new(10, 2, 100);
         let queue = q.admit("ns", "web", at(1)).unwrap().held.queue().clone();
         let p1 = queue.release().await;
         let _p2 = queue.release().await;

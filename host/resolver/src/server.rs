@@ -7,32 +7,43 @@
 //! | `/readyz` | 200 once ElasticServices, Services and EndpointSlices are listed; 503 before, and while shutting down |
 //! | `/metrics` | Prometheus text format (see [`super::metrics`]) |
 //!
-//! On shutdown the resolver turns unready, stops accepting, and lets open connections (held
-//! requests included) finish for up to the grace period.
+//! A connection gets `--header-read-timeout` for each request head: one that sends nothing,
+//! stalls in a head, or sits idle between requests (HTTP/1 keep-alive, h2c without an open
+//! stream) that long is closed. HTTP/1 requests with ambiguous framing get 400
+//! ([`super::framing`]).
+//!
+//! On shutdown the resolver turns unready, stops accepting, and lets open connections finish
+//! for up to the grace period: a held request is still forwarded if its service turns ready.
+//! Then every request still held is answered 503 with `Retry-After`, and connections still open
+//! after [`SHUTDOWN_DRAIN`] more are closed.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use bytes::Bytes;
 use futures::FutureExt as _;
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use super::proxy::Resolver;
+use super::framing::{Framing, H2_PREFACE};
+use super::proxy::{Phase, ProxyBody, Resolver};
 
-/// The HTTP/2 connection preface (RFC 9113 §3.4): what an h2c client with prior knowledge
-/// sends first.
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// How long connections may take after the grace period to write the answers of the requests
+/// that were still held then.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
 
 /// What the first bytes of a connection say it speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,9 +69,130 @@ async fn sniff(stream: &TcpStream) -> std::io::Result<Sniffed> {
     })
 }
 
+/// The two connection builders: HTTP/1 only, and auto-detecting (h2c).
+type Builders = (http1::Builder, auto::Builder<TokioExecutor>);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The requests open on one auto-detected (h2c) connection: (open now, opened in all). hyper
+/// has no idle timeout for HTTP/2; this is what the connection's idle timer watches.
+#[derive(Clone)]
+struct Activity(Arc<watch::Sender<(usize, u64)>>);
+
+/// One open request of an [`Activity`], until its response body ends or is dropped.
+struct Open(Activity);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|(open, _)| *open -= 1);
+    }
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self(Arc::new(watch::Sender::new((0, 0))))
+    }
+
+    fn open(&self) -> Open {
+        self.0.send_modify(|(open, opened)| {
+            *open += 1;
+            *opened += 1;
+        });
+        Open(self.clone())
+    }
+
+    /// Resolves once no request has been open for `timeout`.
+    async fn idle(self, timeout: Duration) {
+        let mut rx = self.0.subscribe();
+        loop {
+            let Ok(opened) = rx.wait_for(|(open, _)| *open == 0).await.map(|r| r.1) else {
+                return;
+            };
+            let busy =
+                tokio::time::timeout(timeout, rx.wait_for(|(open, n)| *open > 0 || *n != opened))
+                    .await;
+            if busy.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A response body that keeps its request counted as open on its connection.
+struct Tracked {
+    body: ProxyBody,
+    _open: Open,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Serves `conn` until it ends: asks it to close once its requests are answered when the
+/// shutdown begins or an `idle` timer resolves, drops it when a second `idle` timer resolves
+/// after that (no request opened in between), and when the shutdown closes connections.
+async fn drive<C, E, I>(
+    conn: C,
+    graceful_shutdown: fn(Pin<&mut C>),
+    mut phase: watch::Receiver<Phase>,
+    mut idle: impl FnMut() -> I,
+) -> Result<(), BoxError>
+where
+    C: Future<Output = Result<(), E>>,
+    E: Into<BoxError>,
+    I: Future<Output = ()>,
+{
+    let mut conn = std::pin::pin!(conn);
+    let mut idle_timer = std::pin::pin!(idle());
+    let mut closing = false;
+    let mut idle_closing = false;
+    loop {
+        tokio::select! {
+            ended = conn.as_mut() => return ended.map_err(Into::into),
+            () = idle_timer.as_mut() => {
+                if std::mem::replace(&mut idle_closing, true) {
+                    tracing::debug!("closing an idle connection that did not close when asked");
+                    return Ok(());
+                }
+                tracing::debug!("asking an idle connection to close");
+                if !std::mem::replace(&mut closing, true) {
+                    graceful_shutdown(conn.as_mut());
+                }
+                idle_timer.set(idle());
+            }
+            changed = phase.changed() => {
+                let now = *phase.borrow_and_update();
+                if changed.is_err() || now >= Phase::Closed {
+                    return Ok(());
+                }
+                if now >= Phase::Stopping && !std::mem::replace(&mut closing, true) {
+                    graceful_shutdown(conn.as_mut());
+                }
+            }
+        }
+    }
+}
+
 impl Resolver {
-    /// Serves the proxy on `listener` until `shutdown` resolves, then waits up to `grace` for
-    /// open connections to finish.
+    /// Serves the proxy on `listener` until `shutdown` resolves, then lets open connections
+    /// finish for up to `grace`, answers the requests still held 503 with `Retry-After`, and
+    /// closes what is still open [`SHUTDOWN_DRAIN`] later.
     ///
     /// HTTP/1.1 and h2c (prior knowledge) share the port. The first bytes of a connection are
     /// peeked at, not read: HTTP/1 connections go straight to hyper's HTTP/1 server, which reads
@@ -80,15 +212,19 @@ impl Resolver {
         shutdown: impl Future<Output = ()>,
         grace: Duration,
     ) -> std::io::Result<()> {
+        let header_read_timeout = self.config().header_read_timeout;
         let mut http1 = http1::Builder::new();
-        http1.timer(TokioTimer::new());
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_read_timeout);
         let mut auto = auto::Builder::new(TokioExecutor::new());
-        auto.http1().timer(TokioTimer::new());
+        auto.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_read_timeout);
         auto.http2().timer(TokioTimer::new());
         let builders = Arc::new((http1, auto));
-        let graceful = GracefulShutdown::new();
-        // Ends the connections still waiting for their first bytes when shutting down.
-        let (stop, stopped) = watch::channel(());
+        // Each connection's task holds a sender: all are gone once every connection has ended.
+        let (open, mut all_closed) = mpsc::channel::<Infallible>(1);
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -103,56 +239,103 @@ impl Resolver {
                 () = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
-            let this = self.clone();
-            // The handler's future as it is (no async block around it, which would keep a
-            // second copy of the request): it is the state of a held request.
-            let service =
-                service_fn(move |req| this.clone().handle(req, peer).map(Ok::<_, Infallible>));
-            let (builders, watcher, mut stopped) =
-                (builders.clone(), graceful.watcher(), stopped.clone());
+            let (this, builders, open) = (self.clone(), builders.clone(), open.clone());
             tokio::spawn(async move {
-                let sniffed = tokio::select! {
-                    sniffed = sniff(&stream) => sniffed,
-                    _ = stopped.changed() => return,
-                };
-                drop(stopped);
-                let (http1, auto) = &*builders;
-                let io = TokioIo::new(stream);
-                let ended: Result<(), Box<dyn std::error::Error + Send + Sync>> = match sniffed {
-                    Ok(Sniffed::Http1) => watcher
-                        .watch(http1.serve_connection(io, service))
-                        .await
-                        .map_err(Into::into),
-                    // Boxed: only HTTP/1 connections are many, so they alone set the task's size.
-                    Ok(Sniffed::MaybeH2) => {
-                        Box::pin(watcher.watch(auto.serve_connection(io, service))).await
-                    }
-                    Ok(Sniffed::Closed) => Ok(()),
-                    Err(e) => {
-                        tracing::debug!(%peer, "connection ended before its first byte: {e}");
-                        Ok(())
-                    }
-                };
-                if let Err(e) = ended {
-                    tracing::debug!(%peer, "connection ended: {e}");
-                }
+                this.connection(stream, peer, &builders).await;
+                drop(open);
             });
         }
-        self.set_stopping();
+        self.set_phase(Phase::Stopping);
         drop(listener);
-        stop.send_replace(());
-        let open = graceful.count();
+        let connections = open.strong_count() - 1;
+        drop(open);
         tracing::info!(
-            open,
+            connections,
             "shutting down: waiting up to {grace:?} for open connections"
         );
-        if tokio::time::timeout(grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!("connections still open after {grace:?}; closing them");
+        let mut closed = std::pin::pin!(all_closed.recv());
+        if tokio::time::timeout(grace, &mut closed).await.is_err() {
+            tracing::info!(
+                held = self.queues().held_total(),
+                "grace period over: answering the requests still held with 503"
+            );
+            self.set_phase(Phase::Answering);
+            if tokio::time::timeout(SHUTDOWN_DRAIN, &mut closed)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "connections still open {SHUTDOWN_DRAIN:?} after the grace period; closing them"
+                );
+            }
         }
+        self.set_phase(Phase::Closed);
         Ok(())
+    }
+
+    /// Serves one accepted connection until it ends or the shutdown closes it.
+    async fn connection(self, stream: TcpStream, peer: SocketAddr, builders: &Builders) {
+        let mut phase = self.phase();
+        let header_read_timeout = self.config().header_read_timeout;
+        let sniffed = tokio::select! {
+            sniffed = tokio::time::timeout(header_read_timeout, sniff(&stream)) => sniffed,
+            // Connections still waiting for their first bytes end at once.
+            _ = phase.wait_for(|p| *p >= Phase::Stopping) => return,
+        };
+        let (http1, auto) = builders;
+        let ended = match sniffed {
+            Ok(Ok(Sniffed::Http1)) => {
+                // The handler's future as it is (no async block around it, which would keep a
+                // second copy of the request): it is the state of a held request.
+                let service =
+                    service_fn(move |req| self.clone().handle(req, peer).map(Ok::<_, Infallible>));
+                let io = TokioIo::new(Framing::new(stream));
+                // hyper's header read timeout closes idle and stalled HTTP/1 connections.
+                let conn = http1.serve_connection(io, service);
+                drive(
+                    conn,
+                    http1::Connection::graceful_shutdown,
+                    phase,
+                    std::future::pending::<()>,
+                )
+                .await
+            }
+            // Boxed: only HTTP/1 connections are many, so they alone set the task's size.
+            Ok(Ok(Sniffed::MaybeH2)) => {
+                let activity = Activity::new();
+                let counted = activity.clone();
+                let service = service_fn(move |req| {
+                    let open = counted.open();
+                    self.clone().handle(req, peer).map(move |response| {
+                        Ok::<_, Infallible>(response.map(|body| Tracked { body, _open: open }))
+                    })
+                });
+                let io = TokioIo::new(Framing::new(stream));
+                let conn = auto.serve_connection(io, service);
+                Box::pin(drive(
+                    conn,
+                    auto::Connection::graceful_shutdown,
+                    phase,
+                    || activity.clone().idle(header_read_timeout),
+                ))
+                .await
+            }
+            Ok(Ok(Sniffed::Closed)) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, "connection ended before its first byte: {e}");
+                Ok(())
+            }
+            Err(_) => {
+                tracing::debug!(
+                    %peer,
+                    "closing a connection that sent nothing within {header_read_timeout:?} (--header-read-timeout)"
+                );
+                Ok(())
+            }
+        };
+        if let Err(e) = ended {
+            tracing::debug!(%peer, "connection ended: {e}");
+        }
     }
 
     /// The admin router (`/healthz`, `/readyz`, `/metrics`).

@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::catalog::Catalog;
+use super::catalog::{Catalog, trusted_slices_selector};
 use wasmop_api::elasticservice::ElasticService;
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -25,11 +25,16 @@ where
     }
 }
 
-async fn feed<K>(api: Api<K>, what: &str, apply: impl Fn(watcher::Event<K>)) -> anyhow::Result<()>
+async fn feed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &str,
+    apply: impl Fn(watcher::Event<K>),
+) -> anyhow::Result<()>
 where
     K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
 {
-    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => apply(event),
@@ -42,6 +47,8 @@ where
 }
 
 /// Watches the three kinds into `catalog` until one watch ends (they retry errors forever).
+/// EndpointSlices are watched only when a trusted controller manages them
+/// ([`super::catalog::TRUSTED_SLICE_MANAGERS`]; the catalog checks again).
 ///
 /// # Errors
 /// A watch stream ended.
@@ -52,14 +59,24 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let ns = namespace.as_deref();
     tokio::try_join!(
-        feed(api::<ElasticService>(&client, ns), "elasticservices", |e| {
-            catalog.elastic_service_event(e);
-        }),
-        feed(api::<Service>(&client, ns), "services", |e| catalog
-            .service_event(e)),
-        feed(api::<EndpointSlice>(&client, ns), "endpointslices", |e| {
-            catalog.endpoint_slice_event(e);
-        }),
+        feed(
+            api::<ElasticService>(&client, ns),
+            watcher::Config::default(),
+            "elasticservices",
+            |e| catalog.elastic_service_event(e),
+        ),
+        feed(
+            api::<Service>(&client, ns),
+            watcher::Config::default(),
+            "services",
+            |e| catalog.service_event(e),
+        ),
+        feed(
+            api::<EndpointSlice>(&client, ns),
+            watcher::Config::default().labels(&trusted_slices_selector()),
+            "endpointslices",
+            |e| catalog.endpoint_slice_event(e),
+        ),
     )?;
     Ok(())
 }

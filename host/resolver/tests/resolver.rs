@@ -37,6 +37,19 @@ struct Harness {
 
 impl Harness {
     async fn start(ns: &str, config: ProxyConfig) -> Self {
+        Self::start_until(ns, config, std::future::pending(), Duration::from_secs(1))
+            .await
+            .0
+    }
+
+    /// A resolver that shuts down when `shutdown` resolves, with `grace`; the handle of its
+    /// `serve`.
+    async fn start_until(
+        ns: &str,
+        config: ProxyConfig,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        grace: Duration,
+    ) -> (Self, tokio::task::JoinHandle<std::io::Result<()>>) {
         let catalog = Catalog::new();
         catalog.mark_synced();
         let demand = Arc::new(RecordedDemand::default());
@@ -44,17 +57,14 @@ impl Harness {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let serving = resolver.clone();
-        tokio::spawn(async move {
-            serving
-                .serve(listener, std::future::pending(), Duration::from_secs(1))
-                .await
-        });
-        Self {
+        let served = tokio::spawn(async move { serving.serve(listener, shutdown, grace).await });
+        let h = Self {
             ns: ns.into(),
             addr,
             resolver,
             demand,
-        }
+        };
+        (h, served)
     }
 
     fn catalog(&self) -> &Arc<Catalog> {
@@ -703,4 +713,398 @@ async fn shutdown_closes_idle_connections_at_once_and_lets_held_requests_finish(
         .expect("serve returns once the last connection has finished, well within the grace")
         .unwrap()
         .unwrap();
+}
+
+/// Reads what the peer sends until it closes the connection: (what it sent, how long it took).
+/// Panics when it is still open after `bound`.
+async fn read_to_close(stream: &mut tokio::net::TcpStream, bound: Duration) -> (Vec<u8>, Duration) {
+    use tokio::io::AsyncReadExt;
+    let start = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(bound, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the connection is still open after {bound:?}; it sent {:?}",
+            String::from_utf8_lossy(&seen)
+        )
+    });
+    (seen, start.elapsed())
+}
+
+/// An HTTP/2 frame: 9-byte header (length, type, flags, stream) and payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut frame = vec![len[1], len[2], len[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The h2c preface followed by an empty SETTINGS frame.
+fn h2_start() -> Vec<u8> {
+    let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    start.extend(h2_frame(4, 0, 0, &[]));
+    start
+}
+
+#[tokio::test]
+async fn connections_that_send_nothing_stall_in_a_head_or_idle_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let timeout = Duration::from_millis(300);
+    let mut c = config();
+    c.header_read_timeout = timeout;
+    let h = Harness::start("stall", c).await;
+    h.add_service("web", json!({}), json!({}));
+    h.make_ready("web", backend().await);
+    let bound = Duration::from_secs(5);
+    let host = h.host("web");
+
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("nothing sent", Vec::new()),
+        ("half a request line", b"GET /pa".to_vec()),
+        (
+            "a head without its final line",
+            format!("GET / HTTP/1.1\r\nhost: {host}\r\n").into_bytes(),
+        ),
+        ("a part of the h2c preface", b"PRI * HTTP/2.0\r\n".to_vec()),
+        ("the h2c preface and nothing more", h2_start()),
+    ];
+    // HEADERS without END_HEADERS, its CONTINUATION never sent.
+    let mut headers = h2_start();
+    headers.extend(h2_frame(1, 0x1, 1, &[0x82, 0x86, 0x84]));
+    cases.push(("h2c request headers cut short", headers));
+    for (what, sent) in cases {
+        let mut stream = raw(h.addr).await;
+        stream.write_all(&sent).await.unwrap();
+        let (_, took) = read_to_close(&mut stream, bound).await;
+        assert!(
+            took >= timeout - Duration::from_millis(50),
+            "{what}: closed after {took:?}"
+        );
+    }
+
+    // A keep-alive connection is closed once it has been idle that long after its answer.
+    let mut stream = raw(h.addr).await;
+    let request = format!("GET / HTTP/1.1\r\nhost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (answer, _) = read_to_close(&mut stream, bound).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with(HELLO),
+        "{answer}"
+    );
+
+    // So is an h2c connection after its last stream.
+    let stream = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = Request::get(format!("http://{host}/"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.into_body().collect().await.unwrap();
+    tokio::time::timeout(bound, conn)
+        .await
+        .expect("the idle h2c connection is closed")
+        .unwrap()
+        .expect("with GOAWAY, not an error");
+}
+
+#[tokio::test]
+async fn a_request_held_longer_than_the_header_read_timeout_keeps_its_connection() {
+    let mut c = config();
+    c.header_read_timeout = Duration::from_millis(200);
+    let h = Harness::start("longheld", c).await;
+    h.add_service("web", json!({}), json!({}));
+    let http1 = h.spawn_get("web", "/");
+    let stream = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{}/", h.host("web")))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let h2 = tokio::spawn(async move { sender.send_request(req).await });
+    h.wait_held("web", 2).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    h.make_ready("web", backend().await);
+    let (status, _, body) = tokio::time::timeout(WAIT, http1).await.unwrap().unwrap();
+    assert_eq!((status.as_u16(), body.as_str()), (200, HELLO));
+    let response = tokio::time::timeout(WAIT, h2)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+/// A backend whose `/big` answer is far more than socket buffers hold; `ok` elsewhere.
+async fn big_backend() -> SocketAddr {
+    static CHUNK: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let body = if req.uri().path() == "/big" {
+                            let chunks = futures::stream::iter((0..1024).map(|_| {
+                                Ok::<_, Infallible>(Frame::data(Bytes::from_static(&CHUNK)))
+                            }));
+                            http_body_util::Either::Left(StreamBody::new(chunks))
+                        } else {
+                            http_body_util::Either::Right(Full::new(Bytes::from_static(b"ok")))
+                        };
+                        Ok::<_, Infallible>(http::Response::new(body))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_its_answer_keeps_no_release_slot() {
+    use tokio::io::AsyncWriteExt;
+    let mut c = config();
+    c.release_concurrency = 1;
+    let h = Harness::start("slowreader", c).await;
+    h.add_service("web", json!({}), json!({}));
+    let backend = big_backend().await;
+    // Held, released into the only slot, answered with 64 MiB that it never reads.
+    let mut stalled = raw(h.addr).await;
+    let request = format!("GET /big HTTP/1.1\r\nhost: {}\r\n\r\n", h.host("web"));
+    stalled.write_all(request.as_bytes()).await.unwrap();
+    h.wait_held("web", 1).await;
+    h.make_ready("web", backend);
+    let forwarded = r#"wasmop_resolver_requests_forwarded_total{namespace="slowreader",service="web",path="cold"} 1"#;
+    eventually("the stalled request's answer", WAIT, async || {
+        h.metrics().await.contains(forwarded).then_some(())
+    })
+    .await;
+
+    // At zero again: the next requests are held, and need the slot once it is ready.
+    h.catalog()
+        .endpoint_slice_event(Event::Delete(fixtures::ready_slice(&h.ns, "web", backend)));
+    let others: Vec<_> = (0..3).map(|_| h.spawn_get("web", "/")).collect();
+    h.wait_held("web", 3).await;
+    h.make_ready("web", backend);
+    for other in others {
+        let (status, _, body) = tokio::time::timeout(WAIT, other)
+            .await
+            .expect("the slot is not kept by the client that does not read")
+            .unwrap();
+        assert_eq!((status.as_u16(), body.as_str()), (200, "ok"));
+    }
+    drop(stalled);
+}
+
+#[tokio::test]
+async fn on_shutdown_every_held_request_is_answered_503_with_retry_after() {
+    use tokio::io::AsyncWriteExt;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let grace = Duration::from_millis(500);
+    let (h, served) = Harness::start_until(
+        "drain",
+        config(),
+        async {
+            let _ = stopped.await;
+        },
+        grace,
+    )
+    .await;
+    h.add_service("web", json!({}), json!({}));
+    h.add_service("api", json!({}), json!({}));
+    let mut clients = Vec::new();
+    for service in ["web", "web", "api"] {
+        let mut stream = raw(h.addr).await;
+        let request = format!("GET / HTTP/1.1\r\nhost: {}\r\n\r\n", h.host(service));
+        stream.write_all(request.as_bytes()).await.unwrap();
+        clients.push(stream);
+    }
+    let stream = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{}/", h.host("api")))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let h2 = tokio::spawn(async move { sender.send_request(req).await });
+    h.wait_held("web", 2).await;
+    h.wait_held("api", 2).await;
+
+    let stopped_at = std::time::Instant::now();
+    stop.send(()).unwrap();
+    for mut client in clients {
+        let (answer, _) = read_to_close(&mut client, WAIT).await;
+        let took = stopped_at.elapsed();
+        let answer = String::from_utf8_lossy(&answer).to_lowercase();
+        assert!(
+            answer.starts_with("http/1.1 503 service unavailable\r\n"),
+            "{answer}"
+        );
+        assert!(answer.contains("\r\nretry-after: 5\r\n"), "{answer}");
+        assert!(answer.contains("shutting down"), "{answer}");
+        assert!(
+            took >= grace - Duration::from_millis(100),
+            "held through the grace: {took:?}"
+        );
+    }
+    let response = tokio::time::timeout(WAIT, h2)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "5");
+    tokio::time::timeout(WAIT, served)
+        .await
+        .expect("serve returns once the answers are out")
+        .unwrap()
+        .unwrap();
+    assert_eq!(h.resolver.queues().held_total(), 0);
+    assert!(h.metrics().await.contains(
+        r#"wasmop_resolver_requests_rejected_total{namespace="drain",service="api",reason="shutdown"} 2"#
+    ));
+}
+
+#[tokio::test]
+async fn max_held_caps_held_requests_across_services() {
+    let mut c = config();
+    c.queue_size = 2;
+    c.max_held = 3;
+    let h = Harness::start("maxheld", c).await;
+    for service in ["web", "api", "new"] {
+        h.add_service(service, json!({}), json!({}));
+    }
+    let held: Vec<_> = ["web", "web", "api"]
+        .iter()
+        .map(|s| h.spawn_get(s, "/"))
+        .collect();
+    h.wait_held("web", 2).await;
+    h.wait_held("api", 1).await;
+    // A service with an empty queue is refused at once: the cap is across all services.
+    let (status, headers, body) = tokio::time::timeout(WAIT, h.get(&h.host("new"), "/"))
+        .await
+        .expect("refused at once, not held");
+    assert_eq!(status, 503);
+    assert_eq!(headers["retry-after"], "5");
+    assert!(body.contains("--max-held"), "{body}");
+    assert!(h.metrics().await.contains(
+        r#"wasmop_resolver_requests_rejected_total{namespace="maxheld",service="new",reason="max_held"} 1"#
+    ));
+    // Warm services are not held, so not capped.
+    h.make_ready("new", backend().await);
+    assert_eq!(h.get(&h.host("new"), "/").await.0, 200);
+    // Room again once some are answered; --queue-size still applies per service.
+    h.make_ready("api", backend().await);
+    h.make_ready("web", backend().await);
+    for r in held {
+        assert_eq!(tokio::time::timeout(WAIT, r).await.unwrap().unwrap().0, 200);
+    }
+    assert_eq!(h.resolver.queues().held_total(), 0);
+}
+
+#[tokio::test]
+async fn endpoint_slices_of_other_managers_are_not_forwarded_to() {
+    let h = Harness::start("forged", config()).await;
+    h.add_service("web", json!({}), json!({}));
+    let elsewhere = backend().await;
+    // A namespace user's slice for the private Service, pointing where it likes.
+    for manager in ["someone-else", ""] {
+        h.catalog()
+            .endpoint_slice_event(Event::Apply(fixtures::slice_managed_by(
+                manager, &h.ns, "web", elsewhere,
+            )));
+        let request = h.spawn_get("web", "/");
+        h.wait_held("web", 1).await;
+        assert!(!request.is_finished());
+        // The EndpointSlice controller's slice is what counts.
+        h.make_ready("web", backend().await);
+        assert_eq!(
+            tokio::time::timeout(WAIT, request)
+                .await
+                .unwrap()
+                .unwrap()
+                .0,
+            200
+        );
+        h.catalog()
+            .endpoint_slice_event(Event::Delete(fixtures::ready_slice(
+                &h.ns, "web", elsewhere,
+            )));
+    }
+    let forwarded = r#"wasmop_resolver_requests_forwarded_total{namespace="forged",service="web",path="cold"} 2"#;
+    assert!(h.metrics().await.contains(forwarded));
+}
+
+#[tokio::test]
+async fn ambiguous_http1_framing_is_refused_with_400_and_the_connection_closed() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start("framing", config()).await;
+    h.add_service("web", json!({}), json!({}));
+    h.make_ready("web", backend().await);
+    let host = h.host("web");
+    let good = format!("POST /echo HTTP/1.1\r\nhost: {host}\r\ncontent-length: 2\r\n\r\nhi");
+    for (what, fields) in [
+        (
+            "Content-Length, then Transfer-Encoding",
+            "content-length: 5\r\ntransfer-encoding: chunked",
+        ),
+        (
+            "Transfer-Encoding, then Content-Length",
+            "transfer-encoding: chunked\r\ncontent-length: 5",
+        ),
+        (
+            "two equal Content-Lengths",
+            "content-length: 5\r\ncontent-length: 5",
+        ),
+        (
+            "two different Content-Lengths",
+            "content-length: 5\r\ncontent-length: 6",
+        ),
+    ] {
+        let bad = format!("POST /echo HTTP/1.1\r\nhost: {host}\r\n{fields}\r\n\r\n0\r\n\r\nhello");
+        // Alone, and after a good request on the same connection.
+        for sent in [bad.clone(), format!("{good}{bad}")] {
+            let mut stream = raw(h.addr).await;
+            stream.write_all(sent.as_bytes()).await.unwrap();
+            let (answer, _) = read_to_close(&mut stream, WAIT).await;
+            let answer = String::from_utf8_lossy(&answer);
+            let last = answer.rfind("HTTP/1.1 ").unwrap();
+            assert!(
+                answer[last..].starts_with("HTTP/1.1 400 Bad Request\r\n"),
+                "{what}: {answer}"
+            );
+            assert_eq!(
+                answer.matches("HTTP/1.1 200 OK").count(),
+                usize::from(sent.starts_with(&good)),
+                "{what}: only the good request is forwarded: {answer}"
+            );
+        }
+    }
+    let metrics = h.metrics().await;
+    let forwarded = r#"wasmop_resolver_requests_forwarded_total{namespace="framing",service="web",path="warm"} 4"#;
+    assert!(metrics.contains(forwarded), "{metrics}");
 }

@@ -18,6 +18,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -325,6 +326,53 @@ async fn a_pod_that_refuses_connections_gets_502_after_the_retries() {
         assert!(body.contains("after 3 attempts"), "{body}");
         assert!(body.contains(&format!("{ip}:8080 (dialed as {})", mapped(&ip, 8080))), "{body}");
         assert!(body.contains("refused"), "{body}");
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn endpoint_slices_written_by_anyone_but_the_endpointslice_controller_are_ignored() {
+    with_temp_ns("resolver-forged", |client: Client, ns: String| async move {
+        let mut args = vec!["--timeout", "3s"];
+        args.extend(DIAL_MAP);
+        let resolver = ResolverProcess::start(BIN, &ns, &args).await;
+        let probe = json!({"probeResponse": [{"match": {"path": {"type": "Exact", "value": "/known"}},
+                                              "response": {"status": 204}}]});
+        workload(&client, &ns, "web", 0, probe).await;
+        let web = host("web", &ns);
+        known(resolver.proxy, &web).await;
+        // A namespace user's slices for the private Service, pointing at an address of its
+        // choosing (where a backend does listen): another manager, and no manager at all.
+        let target = "10.244.250.9";
+        start_backend(&mapped(target, 8080)).await;
+        for (name, labels) in [
+            ("forged", json!({"kubernetes.io/service-name": private_service_name("web"),
+                              "endpointslice.kubernetes.io/managed-by": "someone-else"})),
+            ("unlabelled", json!({"kubernetes.io/service-name": private_service_name("web")})),
+        ] {
+            create::<EndpointSlice>(
+                &client,
+                &ns,
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                       "metadata": {"name": name, "labels": labels}, "addressType": "IPv4",
+                       "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                       "endpoints": [{"addresses": [target], "conditions": {"ready": true}}]}),
+            )
+            .await;
+        }
+        // Give the watch time to have seen them, then ask: held (at zero) until the timeout.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (status, _, body) = request(resolver.proxy, &web, "GET", "/", "").await;
+        assert_eq!(status, 504, "{body}");
+        let metrics = resolver.metrics();
+        assert!(!metrics.contains("path=\"warm\""), "nothing was forwarded:\n{metrics}");
+        let es_api: Api<ElasticService> = Api::namespaced(client.clone(), &ns);
+        let es = es_api.get("web").await.unwrap();
+        assert!(
+            es.annotations().contains_key(DEMAND_ANNOTATION),
+            "the service still counts as at zero, so demand was signalled"
+        );
     })
     .await;
 }

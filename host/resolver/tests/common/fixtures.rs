@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use wasmop_api::elasticservice::ElasticService;
 use wasmop_api::names::private_service_name;
-use wasmop_resolver::catalog::SERVICE_NAME_LABEL;
+use wasmop_resolver::catalog::{MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
 use wasmop_resolver::demand::DemandSink;
 
 /// ElasticService `es-<service>` in `ns` for public Service `service`; `spec_extra` is merged
@@ -52,17 +52,31 @@ pub fn public_service(ns: &str, name: &str) -> Service {
     .expect("a Service")
 }
 
-/// EndpointSlice `<service>-slice` of the private Service of `service`: one ready endpoint,
-/// `endpoint`, on port `http`.
+/// EndpointSlice `<service>-slice` of the private Service of `service`, as Kubernetes'
+/// EndpointSlice controller writes it: one ready endpoint, `endpoint`, on port `http`.
 ///
 /// # Panics
 /// Never for valid names.
 pub fn ready_slice(ns: &str, service: &str, endpoint: SocketAddr) -> EndpointSlice {
+    slice_managed_by("endpointslice-controller.k8s.io", ns, service, endpoint)
+}
+
+/// [`ready_slice`] with `manager` in its `endpointslice.kubernetes.io/managed-by` label.
+///
+/// # Panics
+/// Never for valid names.
+pub fn slice_managed_by(
+    manager: &str,
+    ns: &str,
+    service: &str,
+    endpoint: SocketAddr,
+) -> EndpointSlice {
     let family = if endpoint.is_ipv4() { "IPv4" } else { "IPv6" };
     serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
         "metadata": {"name": format!("{service}-slice"), "namespace": ns,
-                     "labels": {SERVICE_NAME_LABEL: private_service_name(service)}},
+                     "labels": {SERVICE_NAME_LABEL: private_service_name(service),
+                                MANAGED_BY_LABEL: manager}},
         "ports": [{"name": "http", "port": endpoint.port(), "protocol": "TCP"}],
         "endpoints": [{"addresses": [endpoint.ip().to_string()], "conditions": {"ready": true}}],
     }))
