@@ -7,7 +7,8 @@
 //! everything the operator and the resolver need is allowed, a list of what they must not have
 //! is denied, and the chart grants nothing beyond what they need; with `operator.watchNamespace`
 //! the namespaced rights are Roles of that namespace, asked of the API server with the chart
-//! rendered for a throwaway namespace. A plugin written in C is
+//! rendered for a throwaway namespace; the user roles aggregated into `view` and `edit` write
+//! no cluster-scoped kind. A plugin written in C is
 //! loaded by that operator from a `configmap://` source and its own settings check decides
 //! whether the registry entry serves.
 
@@ -1251,6 +1252,59 @@ fn the_chart_grants_nothing_beyond_the_needs() {
     assert_grants_are_the_needs(&rendered(), &Release::default_manifests());
 }
 
+/// The user roles aggregated into the built-in `view` and `edit` reach wasmop's custom
+/// resources only: `view` reads them, `edit` writes the namespaced DynamicEnvs and
+/// ElasticServices, and nobody but a cluster administrator writes ProxyRestartPolicies, which
+/// are cluster-scoped and restart pods in any namespace.
+#[test]
+fn the_aggregated_user_roles_write_no_cluster_scoped_kind() {
+    let docs = rendered();
+    let role = |name: &str| -> Value {
+        of_kind(&docs, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("ClusterRole {name}"))
+    };
+    let rules = |role: &Value| -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        for rule in role["rules"].as_array().unwrap() {
+            assert_eq!(
+                rule["apiGroups"],
+                serde_json::json!(["wasmop.dev"]),
+                "{rule}"
+            );
+            for r in rule["resources"].as_array().unwrap() {
+                for v in rule["verbs"].as_array().unwrap() {
+                    out.insert((r.as_str().unwrap().into(), v.as_str().unwrap().into()));
+                }
+            }
+        }
+        out
+    };
+    let view = role("wasmop-view");
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    assert!(
+        rules(&view)
+            .iter()
+            .all(|(_, v)| ["get", "list", "watch"].contains(&v.as_str())),
+        "{view}"
+    );
+    let edit = role("wasmop-edit");
+    assert_eq!(
+        edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+    let written: BTreeSet<String> = rules(&edit).into_iter().map(|(r, _)| r).collect();
+    assert_eq!(
+        written,
+        BTreeSet::from(["dynamicenvs".into(), "elasticservices".into()]),
+        "{edit}"
+    );
+}
+
 /// With `operator.watchNamespace`, everything namespaced is granted by Roles of the watched
 /// namespace (and of the release namespace, and Events in `default`); the one ClusterRole
 /// bound to the operator holds only cluster-scoped kinds, the resolver has none; both are told
@@ -1269,7 +1323,9 @@ async fn with_watch_namespace_rbac_is_granted_in_that_namespace_only() {
         let text = helm_template_release(
             &release.fullname,
             &ns,
-            &format!("--set operator.watchNamespace={watched}"),
+            &format!(
+                "--set operator.watchNamespace={watched} --set rbac.aggregateToDefaultRoles=false"
+            ),
         );
         let docs = documents(&text);
         let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
