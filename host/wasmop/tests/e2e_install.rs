@@ -1324,7 +1324,8 @@ async fn with_watch_namespace_rbac_is_granted_in_that_namespace_only() {
             &release.fullname,
             &ns,
             &format!(
-                "--set operator.watchNamespace={watched} --set rbac.aggregateToDefaultRoles=false"
+                "--set operator.watchNamespace={watched} \
+                 --set admissionPolicy.enabled=false --set rbac.aggregateToDefaultRoles=false"
             ),
         );
         let docs = documents(&text);
