@@ -4,8 +4,10 @@
 //! patch VirtualServices in every namespace its subsets and consumers name. Users are
 //! impersonated (`kubectl --as`) and hold the built-in `edit` role, into which the chart
 //! aggregates its `wasmop-edit` role (DynamicEnvs), plus a Role on Istio's DestinationRules and
-//! VirtualServices (Istio's CRDs bring no aggregated roles). Each test works in a throwaway
-//! namespace `a` and a second one, `b`, it creates and deletes.
+//! VirtualServices (Istio's CRDs bring no aggregated roles). Each test on the local control
+//! plane works in a throwaway namespace `a` and a second one, `b`, it creates and deletes; one
+//! more test, without a cluster, checks that the committed policies cover every subset and
+//! consumer the CRD allows within the CEL cost budget.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -425,4 +427,64 @@ fn admin_dry_run(ns: &str, de: &Value) -> Result<(), String> {
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
+}
+
+/// The YAML documents of `path` (relative to the repository root) as JSON.
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(wasmop_tests::repo_root().join(path))
+        .unwrap_or_else(|e| panic!("read {path}: {e}"));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// The committed manifests check the namespace of every subset and consumer entry the CRD
+/// allows (its `maxItems`), one authorization check per expression, and no policy makes more
+/// checks than fit its CEL cost budget (350 000 units each of 10 000 000).
+#[test]
+fn the_admission_policies_cover_every_entry_the_crd_allows() {
+    let crd = documents("crds/dynamicenvs.yaml").remove(0);
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let entries: u64 = ["subsets", "consumers"]
+        .iter()
+        .map(|list| {
+            spec["properties"][list]["maxItems"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("spec.{list} has no maxItems"))
+        })
+        .sum();
+    let policies: Vec<Value> = documents("deploy/manifests/wasmop.yaml")
+        .into_iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .collect();
+    let mut covered = std::collections::BTreeSet::new();
+    for policy in &policies {
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        // The namespace of entry N is checked through variable nsI: "size(...) > N && ...".
+        for variable in policy["spec"]["variables"].as_array().unwrap() {
+            let expression = variable["expression"].as_str().unwrap();
+            if let Some(rest) = expression.strip_prefix("size(variables.namespaces) > ") {
+                let n: u64 = rest.split_whitespace().next().unwrap().parse().unwrap();
+                assert!(covered.insert(n), "entry {n} is checked twice ({name})");
+            }
+        }
+        let checks: Vec<usize> = policy["spec"]["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["expression"].as_str().unwrap().matches(".check(").count())
+            .collect();
+        assert!(checks.iter().all(|&c| c == 1), "{name}: {checks:?}");
+        assert!(
+            checks.len() as u64 * 350_000 < 10_000_000,
+            "{name}: {} checks exceed the budget",
+            checks.len()
+        );
+    }
+    assert_eq!(
+        covered,
+        (0..entries).collect(),
+        "the policies check entries {covered:?} of the {entries} the CRD allows"
+    );
 }
