@@ -224,7 +224,7 @@ pub fn assert_one_active_at_a_time(samples: &[Sample]) {
 /// One write request in the API server's audit log.
 #[derive(Clone, Debug)]
 pub struct AuditWrite {
-    /// The user (e.g. `system:serviceaccount:ns:sa`).
+    /// The user it acts as (e.g. `system:serviceaccount:ns:sa`; the impersonated one if any).
     pub user: String,
     /// `create`, `update`, `patch`, `delete`.
     pub verb: String,
@@ -251,7 +251,8 @@ pub fn audit_log() -> PathBuf {
 
 const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
 
-/// The write requests of `users` in the audit log, in the order received.
+/// The write requests of `users` in the audit log, in the order received. A request made with
+/// impersonation (`kubectl --as USER`) counts as the impersonated user's.
 ///
 /// # Panics
 /// When the audit log cannot be read.
@@ -264,7 +265,11 @@ pub fn audit_writes(users: &[&str]) -> Vec<AuditWrite> {
         .filter(|v| v["stage"] == "ResponseComplete")
         .filter(|v| WRITE_VERBS.contains(&v["verb"].as_str().unwrap_or_default()))
         .filter_map(|v| {
-            let user = v["user"]["username"].as_str()?.to_owned();
+            // Whom a request acts as: the impersonated user (`kubectl --as`), else its sender.
+            let user = v["impersonatedUser"]["username"]
+                .as_str()
+                .or(v["user"]["username"].as_str())?
+                .to_owned();
             if !users.contains(&user.as_str()) {
                 return None;
             }

@@ -468,7 +468,8 @@ pub fn bind_operator_namespace(ns: &str) {
 /// `wasmop run` started for one test, as ServiceAccount `wasmop-system/wasmop` (the chart's
 /// RBAC, from deploy/manifests), with `--namespace` and `--watch-namespace` set to the test's namespace, so
 /// that its registry ConfigMap, DR lease and Events stay there and tests running side by side
-/// never reconcile each other's objects. Killed on drop.
+/// never reconcile each other's objects ([`Operator::start_all_namespaces`] watches every
+/// namespace and keeps apart by a label selector instead). Killed on drop.
 pub struct Operator {
     /// The process (its log is printed when the test fails).
     pub process: Process,
@@ -479,6 +480,10 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// The label whose value (the operator namespace) an operator of
+    /// [`Operator::start_all_namespaces`] selects custom resources by.
+    pub const SELECTOR_LABEL: &str = "wasmop.dev/e2e-operator";
+
     /// Installs the CRDs and the operator RBAC, binds the namespace rules in `ns`, and starts
     /// `bin` (`env!("CARGO_BIN_EXE_wasmop")`) with `extra_args` appended; returns once
     /// `/readyz` answers 200.
@@ -494,27 +499,48 @@ impl Operator {
     /// # Panics
     /// When the operator exits or is not ready within 60 s.
     pub async fn start_as(bin: &str, ns: &str, identity: &str, extra_args: &[&str]) -> Self {
+        Self::launch(bin, ns, identity, &["--watch-namespace", ns], extra_args).await
+    }
+
+    /// As [`Operator::start`], but watching every namespace (as the chart installs it without
+    /// `operator.watchNamespace`) and reconciling only the custom resources labelled
+    /// `wasmop.dev/e2e-operator=<ns>` (`--selector`), so that it leaves other tests' alone.
+    ///
+    /// # Panics
+    /// When the operator exits or is not ready within 60 s.
+    pub async fn start_all_namespaces(bin: &str, ns: &str, extra_args: &[&str]) -> Self {
+        let selector = format!("{}={ns}", Self::SELECTOR_LABEL);
+        Self::launch(
+            bin,
+            ns,
+            &format!("wasmop-{ns}"),
+            &["--selector", &selector],
+            extra_args,
+        )
+        .await
+    }
+
+    /// Starts `wasmop run` in operator namespace `ns` with `scope_args` (what it watches).
+    async fn launch(
+        bin: &str,
+        ns: &str,
+        identity: &str,
+        scope_args: &[&str],
+        extra_args: &[&str],
+    ) -> Self {
         install_crds();
         install_operator_rbac();
         bind_operator_namespace(ns);
         let kubeconfig = service_account_kubeconfig("wasmop-system", "wasmop");
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin);
-        cmd.args([
-            "run",
-            "--namespace",
-            ns,
-            "--watch-namespace",
-            ns,
-            "--listen",
-            &addr,
-            "--identity",
-            identity,
-        ])
-        .args(extra_args)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("WASMOP_LOG", "info,wasmop=debug")
-        .env("WASMOP_CACHE_DIR", dump_dir().join("component-cache"));
+        cmd.args(["run", "--namespace", ns])
+            .args(scope_args)
+            .args(["--listen", &addr, "--identity", identity])
+            .args(extra_args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("WASMOP_LOG", "info,wasmop=debug")
+            .env("WASMOP_CACHE_DIR", dump_dir().join("component-cache"));
         let log = dump_dir().join(format!("{ns}-{identity}.log"));
         let mut process = Process::spawn(cmd, log);
         let ready_addr = addr.clone();

@@ -5,13 +5,17 @@
 //! operator runs from them as a local process under the chart's ServiceAccount and loads the
 //! chart's plugin registry; and the chart's RBAC is least privilege, asked of the API server:
 //! everything the operator and the resolver need is allowed, a list of what they must not have
-//! is denied, and the chart grants nothing beyond what they need. A plugin written in C is
+//! is denied, and the chart grants nothing beyond what they need; with `operator.watchNamespace`
+//! the namespaced rights are Roles of that namespace, asked of the API server with the chart
+//! rendered for a throwaway namespace; the user roles aggregated into `view` and `edit` write
+//! no cluster-scoped kind. A plugin written in C is
 //! loaded by that operator from a `configmap://` source and its own settings check decides
 //! whether the registry entry serves.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
@@ -24,7 +28,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::Value;
 use wasmop_plugin_host::sha256_hex;
-use wasmop_tests::{Operator, eventually, install_crds, install_operator_rbac, with_temp_ns};
+use wasmop_tests::{
+    Operator, eventually, install_crds, install_operator_rbac, kubectl_ok, with_temp_ns,
+};
 
 const NS: &str = "wasmop-system";
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,11 +53,20 @@ fn documents(text: &str) -> Vec<Value> {
 /// `helm template` of the chart (release `wasmop`, namespace `wasmop-system`) with `args`, in
 /// which `$0` is deploy/helm.
 fn helm_template(args: &str) -> String {
+    helm_template_release("wasmop", NS, args)
+}
+
+/// `helm template RELEASE` of the chart in `namespace` with `args`, in which `$0` is
+/// deploy/helm.
+///
+/// # Panics
+/// When helm fails (it is installed by scripts/setup.sh).
+fn helm_template_release(release: &str, namespace: &str, args: &str) -> String {
     let chart = wasmop_tests::repo_root().join("deploy/helm");
     let out = std::process::Command::new("bash")
         .arg("-c")
         .arg(format!(
-            r#". "$0/helm-version.sh" && "$HELM" template wasmop "$0/wasmop" --namespace wasmop-system {args}"#
+            r#". "$0/helm-version.sh" && "$HELM" template {release} "$0/wasmop" --namespace {namespace} {args}"#
         ))
         .arg(&chart)
         .output()
@@ -563,21 +578,34 @@ async fn a_c_plugin_from_a_configmap_decides_the_dr_state_and_its_settings_check
     .await;
 }
 
-/// Who is asked: a ServiceAccount of wasmop-system.
-const OPERATOR: &str = "wasmop";
-const RESOLVER: &str = "wasmop-resolver";
+/// The chart's two ServiceAccounts, in the release namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Account {
+    Operator,
+    Resolver,
+}
 
-/// Where a grant applies: the operator namespace only, or the whole cluster.
+/// Where a need applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Scope {
+    /// The release namespace: the registry, the DR lease, the resolver pods, and Events about
+    /// them.
     OperatorNamespace,
+    /// Where the operator watches: every namespace, or `operator.watchNamespace` only.
+    Watched,
+    /// Namespace `default`, where Events about a cluster-scoped object (a
+    /// ProxyRestartPolicy) are written.
+    Default,
+    /// Cluster-scoped kinds.
     Cluster,
 }
+
+use Account::{Operator as OPERATOR, Resolver as RESOLVER};
 
 /// What each account needs, from what the code reads and writes: (account, scope, API group,
 /// resource[/subresource], verbs). A rule the chart grants must be listed here, and everything
 /// listed must be allowed by the API server.
-const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
+const NEEDS: &[(Account, Scope, &str, &str, &[&str])] = &[
     // The plugin registry (wasmop-plugins, configmap:// sources) and the DR lease.
     (
         OPERATOR,
@@ -593,40 +621,48 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "leases",
         &["get", "create", "update"],
     ),
-    // Scaling: the resolver pods, whose IPs the public Services point at in proxy mode (list
-    // comes with the restart controller's cluster-wide rule).
+    // Scaling: the resolver pods, whose IPs the public Services point at in proxy mode
+    // (watched: listed and watched).
     (
         OPERATOR,
         Scope::OperatorNamespace,
         "",
         "pods",
-        &["get", "watch"],
+        &["get", "list", "watch"],
     ),
-    // Events on the objects it reconciles and on the registry ConfigMap.
+    // Events on the registry ConfigMap and the DR lease, on the objects it reconciles, and on
+    // ProxyRestartPolicies (cluster-scoped, so in namespace default).
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::OperatorNamespace,
         "events.k8s.io",
         "events",
         &["create", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        &["get", "list", "watch"],
+        Scope::Watched,
+        "events.k8s.io",
+        "events",
+        &["create", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Default,
+        "events.k8s.io",
+        "events",
+        &["create", "patch"],
+    ),
+    (
+        OPERATOR,
+        Scope::Watched,
         "wasmop.dev",
         "dynamicenvs",
         &["get", "list", "watch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "wasmop.dev",
         "dynamicenvs/status",
         &["patch"],
@@ -636,64 +672,64 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
     // workloads' scale subresource and KEDA's pause annotations.
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "wasmop.dev",
         "elasticservices",
         &["get", "list", "watch", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "wasmop.dev",
         "elasticservices/status",
         &["patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "",
         "services",
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "discovery.k8s.io",
         "endpointslices",
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "apps",
         "deployments/scale",
         &["get", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "apps",
         "statefulsets/scale",
         &["get", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "argoproj.io",
         "rollouts/scale",
         &["get", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "keda.sh",
         "scaledobjects",
         &["get", "patch"],
     ),
-    // Restart: ProxyRestartPolicies and their status, pods listed page by page in every
-    // namespace and deleted for a bare ReplicaSet or ReplicationController to re-create,
-    // namespaces for the selectors, workloads read and rolled out by a pod-template patch,
-    // ReplicaSets read (pod -> Deployment) and bare ones marked, ReplicationControllers marked.
+    // Restart: ProxyRestartPolicies (cluster-scoped) and their status, pods listed page by
+    // page and deleted for a bare ReplicaSet or ReplicationController to re-create, namespaces
+    // for the selectors, workloads read and rolled out by a pod-template patch, ReplicaSets
+    // read (pod -> Deployment) and bare ones marked, ReplicationControllers marked.
     (
         OPERATOR,
         Scope::Cluster,
@@ -708,32 +744,32 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
         "proxyrestartpolicies/status",
         &["patch"],
     ),
-    (OPERATOR, Scope::Cluster, "", "pods", &["list", "delete"]),
+    (OPERATOR, Scope::Watched, "", "pods", &["list", "delete"]),
     (OPERATOR, Scope::Cluster, "", "namespaces", &["list"]),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "apps",
         "daemonsets",
         &["get", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "apps",
         "statefulsets",
         &["get", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "apps",
         "replicasets",
         &["get", "patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "",
         "replicationcontrollers",
         &["get", "patch"],
@@ -744,28 +780,28 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
     // Deployments too.
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "wasmop.dev",
         "dynamicenvs",
         &["patch"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "apps",
         "deployments",
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "networking.istio.io",
         "destinationrules",
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     (
         OPERATOR,
-        Scope::Cluster,
+        Scope::Watched,
         "networking.istio.io",
         "virtualservices",
         &["get", "list", "watch", "patch"],
@@ -773,21 +809,21 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
     // The resolver: where a request goes, and the demand annotation.
     (
         RESOLVER,
-        Scope::Cluster,
+        Scope::Watched,
         "wasmop.dev",
         "elasticservices",
         &["get", "list", "watch", "patch"],
     ),
     (
         RESOLVER,
-        Scope::Cluster,
+        Scope::Watched,
         "",
         "services",
         &["get", "list", "watch"],
     ),
     (
         RESOLVER,
-        Scope::Cluster,
+        Scope::Watched,
         "discovery.k8s.io",
         "endpointslices",
         &["get", "list", "watch"],
@@ -795,6 +831,7 @@ const NEEDS: &[(&str, Scope, &str, &str, &[&str])] = &[
 ];
 
 /// What neither account may do: (namespace, or None for cluster-wide; group; resource; verbs).
+/// `wasmop-system` stands for the release namespace.
 const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
     (None, "", "secrets", &["get", "list", "watch"]),
     (Some(NS), "", "secrets", &["get", "list", "watch", "create"]),
@@ -832,7 +869,9 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
         None,
         "apiextensions.k8s.io",
         "customresourcedefinitions",
-        &["create", "update", "patch", "delete"],
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
     ),
     (
         Some(NS),
@@ -886,9 +925,208 @@ const DENIED: &[(Option<&str>, &str, &str, &[&str])] = &[
     (None, "", "namespaces", &["get", "update", "patch"]),
 ];
 
+/// A namespace no need points at, where a namespaced need must not be granted.
+const ELSEWHERE: &str = "e2e-elsewhere";
+
+/// One install of the chart: its release namespace, the prefix of its object names, and
+/// `operator.watchNamespace`.
+struct Release {
+    namespace: String,
+    fullname: String,
+    watch: Option<String>,
+}
+
+impl Release {
+    /// deploy/manifests: release `wasmop` in `wasmop-system`, every namespace watched.
+    fn default_manifests() -> Self {
+        Self {
+            namespace: NS.into(),
+            fullname: "wasmop".into(),
+            watch: None,
+        }
+    }
+
+    fn account(&self, account: Account) -> String {
+        match account {
+            Account::Operator => self.fullname.clone(),
+            Account::Resolver => format!("{}-resolver", self.fullname),
+        }
+    }
+
+    /// The namespace of `scope` in this install; `None` for every namespace (cluster-wide).
+    fn namespace_of(&self, scope: Scope) -> Option<String> {
+        match scope {
+            Scope::OperatorNamespace => Some(self.namespace.clone()),
+            Scope::Watched => self.watch.clone(),
+            Scope::Default => Some("default".into()),
+            Scope::Cluster => None,
+        }
+    }
+
+    /// Every need as (account, namespace or None, group, resource, verb).
+    fn needs(&self) -> BTreeSet<Grant> {
+        NEEDS
+            .iter()
+            .flat_map(|&(a, scope, g, r, verbs)| {
+                verbs.iter().map(move |&v| {
+                    (
+                        a,
+                        self.namespace_of(scope),
+                        g.to_owned(),
+                        r.to_owned(),
+                        v.to_owned(),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// (account, namespace or None for cluster-wide, group, resource, verb).
+type Grant = (Account, Option<String>, String, String, String);
+
+/// What the RBAC objects among `docs` grant the release's two accounts, from the bindings.
+///
+/// # Panics
+/// On a rule with a wildcard, `resourceNames` or `nonResourceURLs`, a binding to anyone else
+/// or to a missing role, a role bound twice or not at all (aggregated user roles aside, which
+/// must not be bound), or a RoleBinding to a Role of another namespace.
+fn grants(docs: &[Value], release: &Release) -> BTreeSet<Grant> {
+    let accounts = [Account::Operator, Account::Resolver];
+    let mut granted = BTreeSet::new();
+    let mut bound = BTreeSet::new();
+    for binding in of_kind(docs, "ClusterRoleBinding")
+        .into_iter()
+        .chain(of_kind(docs, "RoleBinding"))
+    {
+        let namespace = binding["metadata"]["namespace"].as_str().map(str::to_owned);
+        let subjects = binding["subjects"].as_array().unwrap();
+        assert_eq!(subjects.len(), 1, "one subject per binding: {binding}");
+        assert_eq!(subjects[0]["kind"], "ServiceAccount", "{binding}");
+        assert_eq!(
+            subjects[0]["namespace"],
+            release.namespace.as_str(),
+            "{binding}"
+        );
+        let account = *accounts
+            .iter()
+            .find(|&&a| subjects[0]["name"] == release.account(a).as_str())
+            .unwrap_or_else(|| panic!("a binding to an account of another chart: {binding}"));
+        let (kind, name) = (
+            binding["roleRef"]["kind"].as_str().unwrap(),
+            binding["roleRef"]["name"].as_str().unwrap(),
+        );
+        // A Role is found in the binding's namespace, a ClusterRole anywhere.
+        let role_namespace = (kind == "Role").then(|| namespace.clone().unwrap());
+        let role = of_kind(docs, kind)
+            .into_iter()
+            .find(|r| {
+                r["metadata"]["name"] == name
+                    && r["metadata"]["namespace"].as_str().map(str::to_owned) == role_namespace
+            })
+            .unwrap_or_else(|| panic!("{binding} binds a {kind} the chart does not have"));
+        assert!(
+            bound.insert((kind.to_owned(), name.to_owned(), role_namespace)),
+            "{kind} {name} is bound twice"
+        );
+        for rule in role["rules"].as_array().unwrap() {
+            assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+            for g in rule["apiGroups"].as_array().unwrap() {
+                for r in rule["resources"].as_array().unwrap() {
+                    for v in rule["verbs"].as_array().unwrap() {
+                        let (g, r, v) = (
+                            g.as_str().unwrap(),
+                            r.as_str().unwrap(),
+                            v.as_str().unwrap(),
+                        );
+                        assert!(
+                            g != "*" && r != "*" && v != "*",
+                            "wildcard in {name}: {rule}"
+                        );
+                        granted.insert((
+                            account,
+                            namespace.clone(),
+                            g.to_owned(),
+                            r.to_owned(),
+                            v.to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for role in of_kind(docs, "ClusterRole")
+        .into_iter()
+        .chain(of_kind(docs, "Role"))
+    {
+        let kind = role["kind"].as_str().unwrap().to_owned();
+        let name = role["metadata"]["name"].as_str().unwrap().to_owned();
+        let namespace = role["metadata"]["namespace"].as_str().map(str::to_owned);
+        let aggregated = role["metadata"]["labels"].as_object().is_some_and(|l| {
+            l.keys()
+                .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+        });
+        assert_eq!(
+            bound.contains(&(kind, name.clone(), namespace)),
+            !aggregated,
+            "{name}: every role is bound once, except the aggregated user roles, never bound"
+        );
+    }
+    // Every ServiceAccount of the chart is one of the two accounts asked about.
+    let service_accounts: BTreeSet<String> = of_kind(docs, "ServiceAccount")
+        .iter()
+        .map(|sa| sa["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        service_accounts,
+        accounts.iter().map(|&a| release.account(a)).collect()
+    );
+    granted
+}
+
+/// Checks that the chart grants the release's accounts exactly what they need: each grant is a
+/// need in the same namespace (or cluster-wide), and each need is granted there or
+/// cluster-wide.
+fn assert_grants_are_the_needs(docs: &[Value], release: &Release) {
+    let granted = grants(docs, release);
+    let needed = release.needs();
+    let beyond: Vec<String> = granted
+        .difference(&needed)
+        .map(|(a, ns, g, r, v)| {
+            format!(
+                "{} may {v} {} in {}, which no code needs",
+                release.account(*a),
+                display(g, r),
+                ns.as_deref().unwrap_or("every namespace")
+            )
+        })
+        .collect();
+    assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+    let missing: Vec<String> = needed
+        .iter()
+        .filter(|(a, ns, g, r, v)| {
+            !granted.contains(&(*a, ns.clone(), g.clone(), r.clone(), v.clone()))
+                && !granted.contains(&(*a, None, g.clone(), r.clone(), v.clone()))
+        })
+        .map(|(a, ns, g, r, v)| {
+            format!(
+                "{} needs {v} {} in {}",
+                release.account(*a),
+                display(g, r),
+                ns.as_deref().unwrap_or("every namespace")
+            )
+        })
+        .collect();
+    assert!(missing.is_empty(), "not granted:\n{}", missing.join("\n"));
+}
+
+/// Whether the API server lets ServiceAccount `release/account` do `verb` on `resource`
+/// (`resource/subresource`) of `group` in `namespace` (None: in every namespace, or a
+/// cluster-scoped kind).
 async fn allowed(
     client: &Client,
-    account: &str,
+    release: &Release,
+    account: Account,
     namespace: Option<&str>,
     group: &str,
     resource: &str,
@@ -898,12 +1136,16 @@ async fn allowed(
         Some((r, s)) => (r, Some(s.to_owned())),
         None => (resource, None),
     };
+    let ns = &release.namespace;
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
-            user: Some(format!("system:serviceaccount:{NS}:{account}")),
+            user: Some(format!(
+                "system:serviceaccount:{ns}:{}",
+                release.account(account)
+            )),
             groups: Some(vec![
                 "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{NS}"),
+                format!("system:serviceaccounts:{ns}"),
                 "system:authenticated".into(),
             ]),
             resource_attributes: Some(ResourceAttributes {
@@ -935,41 +1177,54 @@ fn display(group: &str, resource: &str) -> String {
     }
 }
 
-#[tokio::test]
-#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
-async fn rbac_allows_what_the_operator_and_resolver_need_and_nothing_more() {
-    install_operator_rbac();
-    let client = wasmop_tests::client().await;
+/// Asks the API server, for the installed `release`: every need is allowed where it applies;
+/// a need of one namespace is allowed neither in [`ELSEWHERE`] nor in every namespace at once
+/// (unless it is also needed there); nothing of [`DENIED`] is allowed.
+async fn assert_api_server_allows_the_needs_only(client: &Client, release: &Release) {
+    let needed = release.needs();
+    let needed_at = |a: Account, ns: Option<&str>, g: &str, r: &str, v: &str| {
+        needed.contains(&(a, ns.map(str::to_owned), g.into(), r.into(), v.into()))
+    };
     let mut wrong = Vec::new();
-    for &(account, scope, group, resource, verbs) in NEEDS {
-        for &verb in verbs {
-            // Namespace rules: allowed in the operator namespace, and only there.
-            let (ns, elsewhere) = match scope {
-                Scope::OperatorNamespace => (Some(NS), Some("default")),
-                Scope::Cluster => (None, None),
-            };
-            if !allowed(&client, account, ns, group, resource, verb).await {
-                wrong.push(format!(
-                    "{account} cannot {verb} {} (needed)",
-                    display(group, resource)
-                ));
-            }
-            if let Some(other) = elsewhere
-                && allowed(&client, account, Some(other), group, resource, verb).await
+    for (account, ns, g, r, v) in &needed {
+        let name = release.account(*account);
+        if !allowed(client, release, *account, ns.as_deref(), g, r, v).await {
+            wrong.push(format!(
+                "{name} cannot {v} {} in {} (needed)",
+                display(g, r),
+                ns.as_deref().unwrap_or("every namespace")
+            ));
+        }
+        if ns.is_none() {
+            continue;
+        }
+        for other in [Some(ELSEWHERE), None] {
+            if !needed_at(*account, None, g, r, v)
+                && !needed_at(*account, other, g, r, v)
+                && allowed(client, release, *account, other, g, r, v).await
             {
                 wrong.push(format!(
-                    "{account} can {verb} {} in {other}",
-                    display(group, resource)
+                    "{name} can {v} {} in {}",
+                    display(g, r),
+                    other.unwrap_or("every namespace")
                 ));
             }
         }
     }
-    for account in [OPERATOR, RESOLVER] {
+    for account in [Account::Operator, Account::Resolver] {
         for &(ns, group, resource, verbs) in DENIED {
+            let ns = ns.map(|n| {
+                if n == NS {
+                    release.namespace.as_str()
+                } else {
+                    n
+                }
+            });
             for &verb in verbs {
-                if allowed(&client, account, ns, group, resource, verb).await {
+                if allowed(client, release, account, ns, group, resource, verb).await {
                     wrong.push(format!(
-                        "{account} can {verb} {} in {}",
+                        "{} can {verb} {} in {}",
+                        release.account(account),
                         display(group, resource),
                         ns.unwrap_or("the cluster")
                     ));
@@ -984,92 +1239,162 @@ async fn rbac_allows_what_the_operator_and_resolver_need_and_nothing_more() {
     );
 }
 
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn rbac_allows_what_the_operator_and_resolver_need_and_nothing_more() {
+    install_operator_rbac();
+    let client = wasmop_tests::client().await;
+    assert_api_server_allows_the_needs_only(&client, &Release::default_manifests()).await;
+}
+
 #[test]
 fn the_chart_grants_nothing_beyond_the_needs() {
+    assert_grants_are_the_needs(&rendered(), &Release::default_manifests());
+}
+
+/// The user roles aggregated into the built-in `view` and `edit` reach wasmop's custom
+/// resources only: `view` reads them, `edit` writes the namespaced DynamicEnvs and
+/// ElasticServices, and nobody but a cluster administrator writes ProxyRestartPolicies, which
+/// are cluster-scoped and restart pods in any namespace.
+#[test]
+fn the_aggregated_user_roles_write_no_cluster_scoped_kind() {
     let docs = rendered();
-    // Which account and scope each role's rules serve, from the chart's bindings.
-    let mut roles: BTreeMap<String, (String, Scope)> = BTreeMap::new();
-    for binding in of_kind(&docs, "ClusterRoleBinding")
-        .into_iter()
-        .chain(of_kind(&docs, "RoleBinding"))
-    {
-        let scope = if binding["kind"] == "RoleBinding" {
-            assert_eq!(binding["metadata"]["namespace"], NS, "{binding}");
-            Scope::OperatorNamespace
-        } else {
-            Scope::Cluster
-        };
-        assert_eq!(binding["roleRef"]["kind"], "ClusterRole", "{binding}");
-        let subjects = binding["subjects"].as_array().unwrap();
-        assert_eq!(
-            subjects.len(),
-            1,
-            "one ServiceAccount per binding: {binding}"
-        );
-        assert_eq!(subjects[0]["kind"], "ServiceAccount");
-        assert_eq!(subjects[0]["namespace"], NS);
-        let role = binding["roleRef"]["name"].as_str().unwrap().to_owned();
-        let account = subjects[0]["name"].as_str().unwrap().to_owned();
-        assert!(
-            roles.insert(role.clone(), (account, scope)).is_none(),
-            "{role} is bound twice"
-        );
-    }
-    assert!(
-        of_kind(&docs, "Role").is_empty(),
-        "roles are ClusterRoles bound by RoleBindings"
-    );
-    let needed: BTreeSet<(&str, Scope, &str, &str, &str)> = NEEDS
-        .iter()
-        .flat_map(|&(a, s, g, r, verbs)| verbs.iter().map(move |&v| (a, s, g, r, v)))
-        .collect();
-    let mut granted = BTreeSet::new();
-    let cluster_roles = of_kind(&docs, "ClusterRole");
-    assert_eq!(
-        cluster_roles.len(),
-        roles.len(),
-        "every ClusterRole is bound once"
-    );
-    for role in &cluster_roles {
-        let name = role["metadata"]["name"].as_str().unwrap();
-        let (account, scope) = roles
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} is not bound"));
+    let role = |name: &str| -> Value {
+        of_kind(&docs, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("ClusterRole {name}"))
+    };
+    let rules = |role: &Value| -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
         for rule in role["rules"].as_array().unwrap() {
-            assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
-            for g in rule["apiGroups"].as_array().unwrap() {
-                for r in rule["resources"].as_array().unwrap() {
-                    for v in rule["verbs"].as_array().unwrap() {
-                        let (g, r, v) = (
-                            g.as_str().unwrap(),
-                            r.as_str().unwrap(),
-                            v.as_str().unwrap(),
-                        );
-                        assert!(
-                            g != "*" && r != "*" && v != "*",
-                            "wildcard in {name}: {rule}"
-                        );
-                        let key = (account.as_str(), *scope, g, r, v);
-                        assert!(
-                            needed.contains(&key),
-                            "{name} grants {account} {v} {} ({scope:?}), which no code needs",
-                            display(g, r)
-                        );
-                        granted.insert(key);
-                    }
+            assert_eq!(
+                rule["apiGroups"],
+                serde_json::json!(["wasmop.dev"]),
+                "{rule}"
+            );
+            for r in rule["resources"].as_array().unwrap() {
+                for v in rule["verbs"].as_array().unwrap() {
+                    out.insert((r.as_str().unwrap().into(), v.as_str().unwrap().into()));
                 }
             }
         }
-    }
-    let missing: Vec<_> = needed.difference(&granted).collect();
-    assert!(missing.is_empty(), "needed but not granted: {missing:?}");
-    // Every ServiceAccount of the chart is one of the two accounts asked about above.
-    let accounts: BTreeSet<String> = of_kind(&docs, "ServiceAccount")
-        .iter()
-        .map(|sa| sa["metadata"]["name"].as_str().unwrap().to_owned())
-        .collect();
+        out
+    };
+    let view = role("wasmop-view");
     assert_eq!(
-        accounts,
-        BTreeSet::from([OPERATOR.to_owned(), RESOLVER.to_owned()])
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
     );
+    assert!(
+        rules(&view)
+            .iter()
+            .all(|(_, v)| ["get", "list", "watch"].contains(&v.as_str())),
+        "{view}"
+    );
+    let edit = role("wasmop-edit");
+    assert_eq!(
+        edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+    let written: BTreeSet<String> = rules(&edit).into_iter().map(|(r, _)| r).collect();
+    assert_eq!(
+        written,
+        BTreeSet::from(["dynamicenvs".into(), "elasticservices".into()]),
+        "{edit}"
+    );
+}
+
+/// With `operator.watchNamespace`, everything namespaced is granted by Roles of the watched
+/// namespace (and of the release namespace, and Events in `default`); the one ClusterRole
+/// bound to the operator holds only cluster-scoped kinds, the resolver has none; both are told
+/// the namespace. Asked of the API server with the chart installed as release
+/// `wasmop-<suffix>` in a throwaway namespace, watching a second one.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh) and helm: run with make test or make e2e"]
+async fn with_watch_namespace_rbac_is_granted_in_that_namespace_only() {
+    with_temp_ns("rbac-watch", |client: Client, ns: String| async move {
+        let watched = format!("{ns}-apps");
+        let release = Release {
+            namespace: ns.clone(),
+            fullname: format!("wasmop-{}", ns.trim_start_matches("e2e-")),
+            watch: Some(watched.clone()),
+        };
+        let text = helm_template_release(
+            &release.fullname,
+            &ns,
+            &format!(
+                "--set operator.watchNamespace={watched} \
+                 --set admissionPolicy.enabled=false --set rbac.aggregateToDefaultRoles=false"
+            ),
+        );
+        let docs = documents(&text);
+        let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+        assert_eq!(
+            roles.len(),
+            2,
+            "wasmop-namespace and the small cluster role"
+        );
+        assert_grants_are_the_needs(&docs, &release);
+        // Both processes are told what they watch.
+        for name in [release.account(OPERATOR), release.account(RESOLVER)] {
+            let deployment = docs
+                .iter()
+                .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("Deployment {name}"));
+            let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+            assert!(
+                args.as_array()
+                    .unwrap()
+                    .contains(&Value::String(format!("--watch-namespace={watched}"))),
+                "{name}: {args}"
+            );
+        }
+
+        // Install the accounts and their RBAC, and ask the API server.
+        let rbac: Vec<&Value> = docs
+            .iter()
+            .filter(|d| {
+                [
+                    "ServiceAccount",
+                    "ClusterRole",
+                    "ClusterRoleBinding",
+                    "Role",
+                    "RoleBinding",
+                ]
+                .contains(&d["kind"].as_str().unwrap_or_default())
+            })
+            .collect();
+        let file = wasmop_tests::dump_dir().join(format!("{ns}-rbac-watch.yaml"));
+        let yaml: String = rbac
+            .iter()
+            .map(|d| format!("---\n{}", serde_yaml::to_string(d).unwrap()))
+            .collect();
+        std::fs::write(&file, yaml).unwrap();
+        let file = file.to_string_lossy().into_owned();
+        // The second namespace and the cluster-scoped objects are removed whatever happens.
+        kubectl_ok(&["create", "namespace", &watched]);
+        let asked = std::panic::AssertUnwindSafe(async {
+            kubectl_ok(&[
+                "apply",
+                "--server-side",
+                "--field-manager=wasmop-e2e",
+                "-f",
+                &file,
+            ]);
+            assert_api_server_allows_the_needs_only(&client, &release).await;
+        })
+        .catch_unwind()
+        .await;
+        let _ = wasmop_tests::kubectl()
+            .args(["delete", "--ignore-not-found", "--wait=false", "-f", &file])
+            .output();
+        let _ = wasmop_tests::kubectl()
+            .args(["delete", "namespace", &watched, "--wait=false"])
+            .output();
+        if let Err(panic) = asked {
+            std::panic::resume_unwind(panic);
+        }
+    })
+    .await;
 }

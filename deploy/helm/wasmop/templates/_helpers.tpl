@@ -57,3 +57,18 @@ privileged: false
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/* The operator's cluster-scoped needs (restart): ProxyRestartPolicies, a cluster-scoped kind,
+listed and watched and their status patched; the namespaces, listed for the policies' namespace
+selectors. */}}
+{{- define "wasmop.clusterScopedRules" -}}
+- apiGroups: ["wasmop.dev"]
+  resources: ["proxyrestartpolicies"]
+  verbs: ["list", "watch"]
+- apiGroups: ["wasmop.dev"]
+  resources: ["proxyrestartpolicies/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list"]
+{{- end -}}
