@@ -1685,3 +1685,31 @@ async fn a_component_whose_compile_ended_the_last_process_is_not_compiled_again(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A restart answer with more decisions than the page has pods (the restart-everything fixture
+/// with `{"extra": 2}`) is invalid output: the host cannot tell which pods the answer means.
+#[tokio::test]
+async fn a_restart_answer_with_more_decisions_than_pods_is_invalid_output() {
+    let rt = runtime();
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_restart.wasm")).unwrap();
+    let pod = serde_json::json!({"metadata": {"name": "p", "namespace": "ns"}});
+    let request = || wasmop_plugin_host::RestartRequest {
+        policy: "p".into(),
+        desired: "{}".into(),
+        applied: "null".into(),
+        pods: serde_json::json!([pod, pod]).to_string(),
+    };
+    let mut spec = PluginSpec::new("everything", Hook::Restart, "file:///everything.wasm");
+    let everything = rt.load(&spec, &bytes).await.unwrap();
+    let decisions = everything.evaluate(request(), 2).await.unwrap();
+    assert!(decisions.iter().all(|d| d.restart));
+
+    spec.settings = Some(serde_json::json!({"extra": 2}));
+    let extra = rt.load(&spec, &bytes).await.unwrap();
+    let e = extra.evaluate(request(), 2).await.unwrap_err();
+    assert!(matches!(e.failure, Failure::InvalidOutput(_)), "{e}");
+    assert!(
+        e.to_string().contains("4 decisions for a page of 2 pods"),
+        "{e}"
+    );
+}

@@ -769,3 +769,73 @@ async fn an_operator_restarted_mid_way_goes_on_where_it_stopped() {
     })
     .await;
 }
+
+/// A registry whose entry `everything` is the restart-everything fixture
+/// (tests/fixtures/hostile-restart), loaded from its file with its digest.
+fn restart_everything_registry() -> String {
+    let file = wasmop_tests::components_dir().join("wasmop_hostile_restart.wasm");
+    let bytes = std::fs::read(&file).expect("the fixture is built by plugin-host's build script");
+    format!(
+        "plugins:\n  - name: everything\n    hook: restart\n    source: file://{}\n    sha256: \"{}\"\n",
+        file.display(),
+        wasmop_plugin_host::sha256_hex(&bytes)
+    )
+}
+
+/// A predicate that answers "restart" for every pod of every page gets only what the host
+/// selects: pods of the policy's selectors, eligible and not excluded, each workload once, at
+/// most `restartsPerReconcile` per reconcile.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_restart_everything_predicate_restarts_only_what_the_host_selects() {
+    with_temp_ns("restart-everything", |client: Client, ns: String| async move {
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": restart_everything_registry()}})).await;
+        let (op, _policies) = operator(&ns, &[]).await;
+        let selected = ["web-a", "web-b", "web-c"];
+        for n in selected.iter().chain(&["unselected"]) {
+            sidecar_deployment(&client, &ns, n, 1, NEW_PROXY, json!({}), json!({})).await;
+        }
+        let exclude = json!({"wasmop.dev/restart-exclude": "true"});
+        sidecar_deployment(&client, &ns, "excluded", 1, NEW_PROXY, exclude, json!({})).await;
+        create_in::<k8s_openapi::api::apps::v1::Deployment>(
+            &client,
+            &ns,
+            json!({"metadata": {"name": "no-sidecar"},
+                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "no-sidecar"}},
+                            "template": {"metadata": {"labels": {"app": "no-sidecar"}},
+                                         "spec": {"containers": [{"name": "app", "image": "app:1"}]}}}}),
+        )
+        .await;
+        let all = ["web-a", "web-b", "web-c", "unselected", "excluded", "no-sidecar"];
+        wait_all_rolled_out(&client, &ns, &all, TIMEOUT).await;
+
+        let name = format!("{ns}-mesh");
+        let pods = json!({"matchExpressions": [{"key": "app", "operator": "In",
+                                                "values": ["web-a", "web-b", "web-c", "excluded", "no-sidecar"]}]});
+        let api = create_policy(
+            &client,
+            &ns,
+            &name,
+            json!({"proxy": {"image": NEW_PROXY}, "podSelector": pods, "plugin": "everything",
+                   "limits": {"restartsPerReconcile": 2, "requeueAfter": "2s"}}),
+        )
+        .await;
+        let p = wait_policy(&api, &name, "the first chunk", |p| {
+            state(p) == Some("Processing") && summary(p).0 == 2
+        })
+        .await;
+        assert_eq!(summary(&p).1, 1, "one selected workload left for the next chunk");
+        let p = wait_policy(&api, &name, "Ready after the last chunk", |p| state(p) == Some("Ready")).await;
+        assert_eq!(summary(&p).3, 1, "the excluded workload is counted, not restarted");
+        reconcile_again(&op, &api, &name).await;
+        for n in selected {
+            assert_eq!(generation(&client, &ns, n).await, 2, "{n} restarted once");
+            assert_eq!(occurrences(&events(&client, &ns, "Deployment", n, "ProxySidecarRestarted").await), 1);
+        }
+        for n in ["unselected", "excluded", "no-sidecar"] {
+            assert_eq!(generation(&client, &ns, n).await, 1, "{n} untouched");
+        }
+        assert_eq!(sample(&metrics(&op), ROLLOUTS), 3.0);
+    })
+    .await;
+}
