@@ -10,7 +10,7 @@
 //! A connection gets `--header-read-timeout` for each request head: one that sends nothing,
 //! stalls in a head, or sits idle between requests (HTTP/1 keep-alive, h2c without an open
 //! stream) that long is closed. HTTP/1 requests with ambiguous framing get 400
-//! ([`super::framing`]).
+//! (host/resolver/src/framing.rs).
 //!
 //! On shutdown the resolver turns unready, stops accepting, and lets open connections finish
 //! for up to the grace period: a held request is still forwarded if its service turns ready.
