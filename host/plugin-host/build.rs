@@ -1,9 +1,14 @@
 //! Builds the default plugins (plugins/*) for wasm32-wasip2 and places the components in
 //! OUT_DIR, where `src/builtin.rs` embeds them. A nested cargo with its own target
-//! directory avoids waiting on the lock of the outer build.
+//! directory avoids waiting on the lock of the outer build. The test fixtures are built beside
+//! them: the Rust ones by the same cargo, `hostile-memories` (several memories and a growable
+//! table, which no guest toolchain makes) encoded here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "../../tests/fixtures/hostile-memories/component.rs"]
+mod hostile_memories;
 
 const PLUGINS: &[&str] = &[
     "routing-istio",
@@ -87,6 +92,9 @@ fn main() {
         let file = format!("{}.wasm", p.replace('-', "_"));
         copy(&components.join(&file), &out.join(&file));
     }
+    let memories = hostile_memories::component(&root.join("wit"));
+    let file = components.join("wasmop_hostile_memories.wasm");
+    std::fs::write(&file, memories).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
 }
 
 fn copy(from: &Path, to: &Path) {
