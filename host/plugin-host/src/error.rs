@@ -12,14 +12,29 @@ pub enum Failure {
         /// The limit in milliseconds.
         limit_ms: u32,
     },
-    /// Memory growth past `limits.memoryMiB` was refused.
+    /// Growth of the call's linear memories and tables, together, past `limits.memoryMiB` was
+    /// refused (at instantiation, or at a `memory.grow` or `table.grow`).
     OutOfMemory {
         /// The limit in MiB.
         limit_mib: u32,
     },
-    /// The guest trapped (panic, unreachable, bounds...).
+    /// The guest trapped (panic, unreachable, bounds, stack overflow...).
     Trap(String),
-    /// The output is larger than `limits.maxOutputKiB`.
+    /// The guest called `exit` (`wasi:cli/exit`, e.g. Rust's `std::process::exit`) instead of
+    /// returning an answer.
+    Exited {
+        /// The exit status it asked for (1 for `exit(err)` without a code).
+        status: i32,
+    },
+    /// The guest handed the host more bytes at once (its answer, a log line, a stderr write, an
+    /// HTTP body chunk) than the call's hostcall fuel, `limits.maxOutputKiB` plus
+    /// [`HOSTCALL_FUEL_MARGIN`](crate::sandbox::HOSTCALL_FUEL_MARGIN): refused while copying.
+    TransferTooLarge {
+        /// The fuel in KiB.
+        limit_kib: usize,
+    },
+    /// The output is larger than `limits.maxOutputKiB`: the answer's strings, or a
+    /// `plugin-error`'s message and field together.
     OutputTooLarge {
         /// Output size in KiB.
         size_kib: usize,
@@ -29,7 +44,14 @@ pub enum Failure {
     /// The output does not have the documented shape.
     InvalidOutput(String),
     /// The plugin tried to reach hosts it was not granted.
-    DeniedHost(Vec<String>),
+    DeniedHost {
+        /// The first distinct authorities (`host:port`) denied, at most
+        /// [`MAX_DENIED_HOSTS`](crate::sandbox::MAX_DENIED_HOSTS), each cut to
+        /// [`MAX_DENIED_HOST_BYTES`](crate::sandbox::MAX_DENIED_HOST_BYTES).
+        hosts: Vec<String>,
+        /// Denied requests past those.
+        more: usize,
+    },
     /// The plugin returned a `plugin-error`.
     Plugin {
         /// Its message.
@@ -49,9 +71,21 @@ impl fmt::Display for Failure {
             }
             Failure::OutOfMemory { limit_mib } => write!(
                 f,
-                "out of memory: exceeded {limit_mib} MiB (limits.memoryMiB)"
+                "out of memory: the call's linear memories and tables together exceeded \
+                 {limit_mib} MiB (limits.memoryMiB)"
             ),
             Failure::Trap(m) => write!(f, "trapped: {m}"),
+            Failure::Exited { status } => write!(
+                f,
+                "exited with status {status} instead of answering (a plugin returns its answer \
+                 or a plugin-error; it must not call exit)"
+            ),
+            Failure::TransferTooLarge { limit_kib } => write!(
+                f,
+                "handed the host more than {limit_kib} KiB at once (an answer, log line or \
+                 HTTP body chunk; limits.maxOutputKiB plus {} KiB)",
+                crate::sandbox::HOSTCALL_FUEL_MARGIN >> 10
+            ),
             Failure::OutputTooLarge {
                 size_kib,
                 limit_kib,
@@ -62,13 +96,16 @@ impl fmt::Display for Failure {
                 )
             }
             Failure::InvalidOutput(m) => write!(f, "invalid output: {m}"),
-            Failure::DeniedHost(hosts) => {
-                write!(
-                    f,
-                    "denied outbound request to {} (not in grants.allowedHosts)",
-                    hosts.join(", ")
-                )
-            }
+            Failure::DeniedHost { hosts, more: 0 } => write!(
+                f,
+                "denied outbound request to {} (not in grants.allowedHosts)",
+                hosts.join(", ")
+            ),
+            Failure::DeniedHost { hosts, more } => write!(
+                f,
+                "denied outbound request to {} and {more} more (not in grants.allowedHosts)",
+                hosts.join(", ")
+            ),
             Failure::Plugin {
                 message,
                 field: Some(field),
@@ -89,9 +126,10 @@ impl Failure {
             Failure::Timeout { .. } => "timeout",
             Failure::OutOfMemory { .. } => "oom",
             Failure::Trap(_) => "trap",
-            Failure::OutputTooLarge { .. } => "output_too_large",
+            Failure::Exited { .. } => "exit",
+            Failure::OutputTooLarge { .. } | Failure::TransferTooLarge { .. } => "output_too_large",
             Failure::InvalidOutput(_) => "invalid_output",
-            Failure::DeniedHost(_) => "denied_host",
+            Failure::DeniedHost { .. } => "denied_host",
             Failure::Plugin { .. } => "plugin_error",
             Failure::Instantiate(_) => "instantiate",
         }
@@ -138,5 +176,31 @@ impl LoadError {
             at_source: false,
             wrong_world: false,
         }
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, ending in `…` when cut.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    const MARK: &str = "…";
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn cuts_at_a_char_boundary_with_a_mark() {
+        assert_eq!(cut("short", 8), "short");
+        assert_eq!(cut("abcdefghij", 8), "abcde…");
+        assert_eq!(cut("ééééé", 8), "éé…", "never inside a character");
+        assert!(cut(&"x".repeat(1000), 256).len() <= 256);
     }
 }

@@ -44,8 +44,8 @@ pub use epoch::EPOCH_TICK;
 pub use error::{CallError, Failure, LoadError};
 pub use plugin::Plugin;
 pub use runtime::{
-    CompileLimits, MAX_COMPONENT_BYTES, POOLING_MAX_MEMORY, PluginRuntime, RuntimeOptions,
-    pooling_reservation, read_extra_ca_file,
+    CompileLimits, MAX_COMPONENT_BYTES, MAX_WASM_STACK, POOLING_MAX_MEMORY, PluginRuntime,
+    RuntimeOptions, pooling_reservation, read_extra_ca_file,
 };
 pub use spec::{FailurePolicy, Grants, Hook, Limits, PluginSpec};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{Trap, UpdateDeadline};
 
 use crate::bindings::{PluginInfo, WitHook};
 use crate::bindings::{
@@ -171,8 +171,7 @@ impl Plugin {
             &self.runtime.http_pool,
         )
         .map_err(|e| self.fail(Failure::Instantiate(format!("{e:#}"))))?;
-        let mut store = Store::new(&self.runtime.engine, sandbox);
-        store.limiter(|s| s.limiter());
+        let mut store = sandbox.into_store(&self.runtime.engine);
         let long = Arc::new(AtomicBool::new(false));
         let (deadline, mut ticks, ticked) = (limits.deadline_ticks(), 0, long.clone());
         store.set_epoch_deadline(1);
@@ -217,26 +216,31 @@ impl Plugin {
                 limit_ms: limits.timeout_ms,
             }));
         };
+        let too_large = |size: usize| {
+            (size > limits.max_output_bytes()).then(|| {
+                self.fail(Failure::OutputTooLarge {
+                    size_kib: size >> 10,
+                    limit_kib: limits.max_output_kib,
+                })
+            })
+        };
         match result {
-            Ok(Ok(value)) => {
-                let size = value.output_size();
-                if size > (limits.max_output_kib as usize) << 10 {
-                    return Err(self.fail(Failure::OutputTooLarge {
-                        size_kib: size >> 10,
-                        limit_kib: limits.max_output_kib,
-                    }));
-                }
-                Ok(value)
-            }
-            Ok(Err(e)) if !sandbox.denied_hosts().is_empty() => {
-                tracing::debug!(plugin = %self.spec.name, "plugin error after a denied request: {}", e.message);
-                Err(self.fail(Failure::DeniedHost(sandbox.denied_hosts().to_vec())))
-            }
+            Ok(Ok(value)) => match too_large(value.output_size()) {
+                Some(e) => Err(e),
+                None => Ok(value),
+            },
             Ok(Err(e)) => {
-                if e.message.len() > (limits.max_output_kib as usize) << 10 {
-                    return Err(self.fail(Failure::OutputTooLarge {
-                        size_kib: e.message.len() >> 10,
-                        limit_kib: limits.max_output_kib,
+                // Every string the plugin hands back counts, the field as much as the message.
+                let size = e.message.len() + e.field.as_ref().map_or(0, String::len);
+                if let Some(e) = too_large(size) {
+                    return Err(e);
+                }
+                let (hosts, more) = sandbox.denied_hosts();
+                if !hosts.is_empty() {
+                    tracing::debug!(plugin = %self.spec.name, "plugin error after a denied request: {}", crate::sandbox::one_line(&e.message, 1024));
+                    return Err(self.fail(Failure::DeniedHost {
+                        hosts: hosts.to_vec(),
+                        more,
                     }));
                 }
                 Err(self.fail(Failure::Plugin {
@@ -440,6 +444,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic".to_owned())
 }
 
+/// wasmtime's words when a guest hands the host more than its hostcall fuel (the error type
+/// is private); `a_plugin_handing_the_host_more_than_its_fuel_fails` pins them.
+const HOSTCALL_FUEL_EXHAUSTED: &str = "fuel allocated for hostcalls has been exhausted";
+
 /// Maps a wasmtime error to the cause a user can act on.
 fn classify(e: &wasmtime::Error, sandbox: &Sandbox, limits: &Limits) -> Failure {
     if sandbox.memory_exceeded().is_some() {
@@ -447,9 +455,37 @@ fn classify(e: &wasmtime::Error, sandbox: &Sandbox, limits: &Limits) -> Failure 
             limit_mib: limits.memory_mib,
         };
     }
-    if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
-        return Failure::Timeout {
-            limit_ms: limits.timeout_ms,
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => {
+            return Failure::Timeout {
+                limit_ms: limits.timeout_ms,
+            };
+        }
+        Some(Trap::StackOverflow) => {
+            return Failure::Trap(format!(
+                "stack overflow: the call used more than {} KiB of WebAssembly stack (endless or \
+                 too deep recursion)",
+                crate::runtime::MAX_WASM_STACK >> 10
+            ));
+        }
+        _ => {}
+    }
+    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return Failure::Exited { status: exit.0 };
+    }
+    if let Some(full) = e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+        return Failure::Instantiate(format!(
+            "no free slot in the instance pool ({full}): the call was not run. The pool holds \
+             what --max-concurrent-calls calls need when each has at most the average number of \
+             core instances, memories and tables; raise --max-concurrent-calls or run with \
+             --pooling=false"
+        ));
+    }
+    if e.chain()
+        .any(|c| c.to_string().contains(HOSTCALL_FUEL_EXHAUSTED))
+    {
+        return Failure::TransferTooLarge {
+            limit_kib: sandbox.hostcall_fuel() >> 10,
         };
     }
     // The causes without the wasm backtrace (a context layer of the error), whose frames are

@@ -139,6 +139,15 @@ pub(crate) const PERFMAP_ENV: &str = "WASMOP_PLUGIN_PERFMAP";
 /// Largest linear memory a plugin can have when [`RuntimeOptions::pooling`] is on.
 pub const POOLING_MAX_MEMORY: usize = 1 << 30;
 
+/// WebAssembly stack one call may use, in bytes (1 MiB): deeper recursion fails the call with
+/// a stack overflow. The host's fiber stack for the call is wasmtime's default of 2 MiB, so
+/// the guest reaches this limit first.
+pub const MAX_WASM_STACK: usize = 1 << 20;
+
+/// Linear memories one core module may define under the pooling allocator (wasmtime's default
+/// is 1): a module with several memories runs within its `limits.memoryMiB` as any other.
+const POOLING_MEMORIES_PER_MODULE: u32 = 4;
+
 /// Bytes at the start of each pooled linear memory and table that are reset in place after a
 /// call instead of being handed back to the kernel. With Linux's `PAGEMAP_SCAN` (6.7 and
 /// later, used when present) only the pages the call wrote are reset, so the next call in that
@@ -159,6 +168,7 @@ fn pooling_config(max_concurrent_calls: usize) -> wasmtime::PoolingAllocationCon
         .total_core_instances(slots.saturating_mul(16))
         .total_memories(slots.saturating_mul(4))
         .total_tables(slots.saturating_mul(16))
+        .max_memories_per_module(POOLING_MEMORIES_PER_MODULE)
         .max_tables_per_module(4)
         .table_elements(100_000)
         .max_memory_size(POOLING_MAX_MEMORY)
@@ -217,7 +227,7 @@ impl PluginRuntime {
         config
             .wasm_component_model(true)
             .epoch_interruption(true)
-            .max_wasm_stack(1 << 20);
+            .max_wasm_stack(MAX_WASM_STACK);
         // For profiling plugins with `perf`: /tmp/perf-<pid>.map names their functions.
         if std::env::var_os(PERFMAP_ENV).is_some_and(|v| v == "1") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);

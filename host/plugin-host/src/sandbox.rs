@@ -1,9 +1,15 @@
 //! The per-call store state: WASI with nothing granted but what the registry lists, a memory
-//! limiter that records why it refused and how far linear memory grew, an outbound-HTTP
+//! limiter that records why it refused and how far memories and tables grew, an outbound-HTTP
 //! allowlist and the `log` import.
+//!
+//! Every resource limit of wasmtime, WASI and `wasi:http` that bounds what one call can make
+//! the host hold is set here, from the constants below, rather than left to wasmtime's
+//! defaults, so that a wasmtime upgrade cannot widen one (`Sandbox::new`, `Sandbox::into_store`
+//! and `HttpAllowlist`; each is tested with a plugin that asks for more,
+//! `host/plugin-host/tests/plugins.rs`).
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
@@ -13,14 +19,55 @@ use super::bindings::router::wasmop::plugin::log;
 use super::http_pool::HttpPool;
 use crate::spec::{Grants, Limits};
 
-/// Longest log line kept from a plugin, in bytes.
-pub(crate) const MAX_LOG_LINE: usize = 4 * 1024;
+/// Longest log line kept from a plugin, in bytes (after escaping, see [`one_line`]).
+pub const MAX_LOG_LINE: usize = 4 * 1024;
 /// Most log bytes kept from one call.
-pub(crate) const MAX_LOG_PER_CALL: usize = 64 * 1024;
+pub const MAX_LOG_PER_CALL: usize = 64 * 1024;
+/// Most log lines kept from one call (an empty line counts too).
+pub const MAX_LOG_LINES_PER_CALL: usize = 256;
 /// Bytes of a plugin's stderr kept from one call: its last ones, which a failure quotes.
 pub const STDERR_TAIL: usize = 2 * 1024;
 /// Where `grants.readOnlyDir` appears inside the guest.
 pub(crate) const READ_ONLY_DIR_GUEST_PATH: &str = "/data";
+
+/// Bytes one table element counts for against `limits.memoryMiB`: wasmtime keeps a `funcref`
+/// or `externref` slot in one pointer-sized word, 8 bytes on the 64-bit hosts wasmop runs on.
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+/// Core instances one call may create (a Rust component has about five, a Python one 14).
+pub const MAX_INSTANCES: usize = 64;
+/// Tables one call may create.
+pub const MAX_TABLES: usize = 64;
+/// Linear memories one call may create.
+pub const MAX_MEMORIES: usize = 16;
+/// wasmtime's "hostcall fuel" beyond `limits.maxOutputKiB`: what a plugin may copy to the host
+/// in one host call (a log line, a stderr write, an HTTP body chunk) or in its answer is at
+/// most `maxOutputKiB` plus this, 1 MiB (wasmtime's default: 128 MiB). More fails the call as
+/// [`Failure::TransferTooLarge`](crate::Failure::TransferTooLarge) while it is copied, before
+/// the host holds it.
+pub const HOSTCALL_FUEL_MARGIN: usize = 1 << 20;
+/// Largest `wasi:random` request, in bytes (`get-random-bytes` and `get-insecure-random-bytes`):
+/// 1 MiB, where language runtimes ask for a few KiB to seed themselves (wasmtime's default:
+/// 64 MiB). More traps.
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+/// Resources one call may hold at once, in the host's resource table (streams, pollables,
+/// HTTP requests, fields, descriptors) and in the component model's handle table: 10,000
+/// (wasmtime's defaults: 1,000,000 and 100,000). More fails the call.
+pub const MAX_RESOURCES: usize = 10_000;
+/// Bytes a `wasi:http` fields resource (the headers of one request) may hold, counted as
+/// wasmtime does (names and values plus its bookkeeping): 64 KiB (wasmtime's default:
+/// 128 KiB). An append or set past it fails the call.
+pub const MAX_HTTP_FIELDS_BYTES: usize = 64 << 10;
+/// Bytes one write to an outgoing `wasi:http` body may carry: 64 KiB (wasmtime's default:
+/// 1 MiB). `check-write` says so; a larger write traps.
+pub const HTTP_BODY_CHUNK_BYTES: usize = 64 << 10;
+/// Writes an outgoing `wasi:http` body buffers before the guest must wait for the network: 1
+/// (wasmtime's default).
+pub const HTTP_BODY_BUFFER_CHUNKS: usize = 1;
+/// Outbound authorities a call was denied that its failure names (the first ones, each cut to
+/// [`MAX_DENIED_HOST_BYTES`]); further denied requests are only counted.
+pub const MAX_DENIED_HOSTS: usize = 8;
+/// Longest denied authority a failure quotes, in bytes.
+pub const MAX_DENIED_HOST_BYTES: usize = 256;
 
 /// State of one `Store`: one call, or one batch of calls.
 pub(crate) struct Sandbox {
@@ -31,7 +78,12 @@ pub(crate) struct Sandbox {
     table: ResourceTable,
     limiter: Limiter,
     log_budget: usize,
+    log_lines: usize,
+    /// Whether a log line was dropped for the caps (and the warning said so).
+    log_capped: bool,
     stderr: StderrTail,
+    /// [`HOSTCALL_FUEL_MARGIN`] plus `limits.maxOutputKiB`.
+    hostcall_fuel: usize,
 }
 
 impl Sandbox {
@@ -51,6 +103,7 @@ impl Sandbox {
         // Deny-all: no env, args, stdin, stdout, sockets or preopens unless granted below;
         // stderr is kept (its tail) for the messages of failures.
         wasi.stderr(stderr.clone())
+            .max_random_size(MAX_RANDOM_BYTES)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
@@ -62,30 +115,40 @@ impl Sandbox {
             wasi.preopened_dir(opened.path(), READ_ONLY_DIR_GUEST_PATH, FsPerms::ReadOnly)
                 .map_err(|e| anyhow::anyhow!("grants.readOnlyDir {dir:?} cannot be opened: {e}"))?;
         }
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
         Ok(Self {
             plugin: plugin.to_owned(),
             wasi: wasi.build(),
-            http: WasiHttpCtx::new(),
+            http,
             hooks: HttpAllowlist {
                 allowed: grants.allowed_hosts.clone(),
                 denied: Vec::new(),
+                denied_more: 0,
                 pool: (!grants.allowed_hosts.is_empty()).then(|| pool.clone()),
             },
-            table: ResourceTable::new(),
-            limiter: Limiter {
-                inner: StoreLimitsBuilder::new()
-                    .memory_size(limits.memory_bytes())
-                    .instances(64)
-                    .tables(64)
-                    .memories(16)
-                    .build(),
-                memory_limit: limits.memory_bytes(),
-                exceeded: None,
-                memory: MemoryUse::default(),
-            },
+            table,
+            limiter: Limiter::new(limits.memory_bytes()),
             log_budget: MAX_LOG_PER_CALL,
+            log_lines: MAX_LOG_LINES_PER_CALL,
+            log_capped: false,
             stderr,
+            hostcall_fuel: limits.max_output_bytes() + HOSTCALL_FUEL_MARGIN,
         })
+    }
+
+    /// A store of `engine` holding this sandbox, with its limiter installed and the store's
+    /// own limits set: [`HOSTCALL_FUEL_MARGIN`] plus `limits.maxOutputKiB` of hostcall fuel and
+    /// [`MAX_RESOURCES`] component handles.
+    pub(crate) fn into_store(self, engine: &Engine) -> Store<Self> {
+        let fuel = self.hostcall_fuel;
+        let mut store = Store::new(engine, self);
+        store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(fuel);
+        store.set_max_component_handles(MAX_RESOURCES);
+        store
     }
 
     /// The plugin's registry name.
@@ -104,29 +167,33 @@ impl Sandbox {
         self.stderr.one_line()
     }
 
-    /// The resource limiter to install with `Store::limiter`.
-    pub(crate) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
-        &mut self.limiter
-    }
-
-    /// The size a refused memory growth asked for, if one was refused.
+    /// The bytes of memories and tables a refused growth asked for, if one was refused.
     pub(crate) fn memory_exceeded(&self) -> Option<usize> {
         self.limiter.exceeded
     }
 
-    /// How much linear memory the instances of this store were created with and grew to.
+    /// How much memory (linear memories and tables) the instances of this store were created
+    /// with and grew to.
     pub(crate) fn memory_use(&self) -> MemoryUse {
         self.limiter.memory
     }
 
-    /// Outbound authorities this call tried to reach and was denied.
-    pub(crate) fn denied_hosts(&self) -> &[String] {
-        &self.hooks.denied
+    /// The first [`MAX_DENIED_HOSTS`] distinct outbound authorities this call was denied, and
+    /// how many other denied requests it made.
+    pub(crate) fn denied_hosts(&self) -> (&[String], usize) {
+        (&self.hooks.denied, self.hooks.denied_more)
+    }
+
+    /// Hostcall fuel of this sandbox's store, in bytes ([`Sandbox::into_store`]).
+    pub(crate) fn hostcall_fuel(&self) -> usize {
+        self.hostcall_fuel
     }
 }
 
-/// Linear memory of one store, in bytes, summed over its memories (a Rust or C component has
-/// one): as created (each module's declared minimum) and at its largest.
+/// Memory of one store, in bytes, as it counts against `limits.memoryMiB`: its linear memories
+/// and its tables ([`TABLE_ELEMENT_BYTES`] per element), summed (a Rust or C component has one
+/// memory and a few small tables): as created (each module's declared minimums) and at its
+/// largest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MemoryUse {
     /// Bytes at instantiation.
@@ -136,21 +203,77 @@ pub(crate) struct MemoryUse {
 }
 
 impl MemoryUse {
-    /// Whether a `memory.grow` went past the initial size. In a pooled slot the next
-    /// instantiation then shrinks the accessible region again with `mprotect` (a TLB shootdown
-    /// on every CPU the process runs on), see docs/plugins.md, "Linear memory".
+    /// Whether a `memory.grow` (or `table.grow`) went past the initial size. In a pooled slot
+    /// the next instantiation then shrinks the accessible region again with `mprotect` (a TLB
+    /// shootdown on every CPU the process runs on), see docs/plugins.md, "Linear memory".
     pub fn grew(&self) -> bool {
         self.peak > self.initial
     }
 }
 
-/// `StoreLimits` plus a record of the growth it refused, so a failure can say "out of memory",
-/// and of the growth it allowed ([`MemoryUse`]).
+/// The resource limiter of a call: every linear memory and table of the store together within
+/// `limits.memoryMiB` (a component has several core instances, some several memories; each
+/// was checked alone before, so 16 memories could take 16 times the limit), the counts of
+/// [`MAX_INSTANCES`], [`MAX_TABLES`] and [`MAX_MEMORIES`], a record of the growth it refused
+/// (so a failure can say "out of memory"), and of the growth it allowed ([`MemoryUse`]).
 struct Limiter {
-    inner: StoreLimits,
-    memory_limit: usize,
+    /// The counts of instances, tables and memories.
+    counts: StoreLimits,
+    /// `limits.memoryMiB` in bytes.
+    limit: usize,
+    /// Bytes of every linear memory of the store.
+    memories: usize,
+    /// Elements of every table of the store.
+    table_elements: usize,
     exceeded: Option<usize>,
     memory: MemoryUse,
+}
+
+impl Limiter {
+    fn new(limit: usize) -> Self {
+        Self {
+            counts: StoreLimitsBuilder::new()
+                .instances(MAX_INSTANCES)
+                .tables(MAX_TABLES)
+                .memories(MAX_MEMORIES)
+                .build(),
+            limit,
+            memories: 0,
+            table_elements: 0,
+            exceeded: None,
+            memory: MemoryUse::default(),
+        }
+    }
+
+    /// Bytes in use, memories and tables.
+    fn in_use(&self) -> usize {
+        self.memories
+            .saturating_add(self.table_elements.saturating_mul(TABLE_ELEMENT_BYTES))
+    }
+
+    /// Refuses (as an error, which traps the call) a growth of `what` from `current` to
+    /// `desired` bytes that takes the store past the limit.
+    fn admit(&mut self, what: &str, current: usize, desired: usize) -> wasmtime::Result<()> {
+        let total = (self.in_use() - current).saturating_add(desired);
+        if total > self.limit {
+            self.exceeded = Some(total);
+            wasmtime::bail!(
+                "{what} to {desired} bytes would take the call's memories and tables to {total} \
+                 bytes, over limits.memoryMiB ({} MiB)",
+                self.limit >> 20
+            );
+        }
+        Ok(())
+    }
+
+    /// Records an allowed growth of `current` to `desired` bytes.
+    fn grown(&mut self, current: usize, desired: usize) {
+        // A memory or table being created asks to grow from 0 to its minimum.
+        if current == 0 {
+            self.memory.initial += desired;
+        }
+        self.memory.peak = self.memory.peak.max(self.in_use());
+    }
 }
 
 impl ResourceLimiter for Limiter {
@@ -160,21 +283,11 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            self.exceeded = Some(desired);
-            wasmtime::bail!(
-                "memory limit of {} MiB exceeded (asked for {} MiB)",
-                self.memory_limit >> 20,
-                desired >> 20
-            );
-        }
-        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        self.admit("growing a linear memory", current, desired)?;
+        let allowed = self.counts.memory_growing(current, desired, maximum)?;
         if allowed {
-            // A memory being created asks to grow from 0 to its minimum.
-            if current == 0 {
-                self.memory.initial += desired;
-            }
-            self.memory.peak += desired - current;
+            self.memories = self.memories - current + desired;
+            self.grown(current, desired);
         }
         Ok(allowed)
     }
@@ -185,20 +298,47 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
+        let bytes = |elements: usize| elements.saturating_mul(TABLE_ELEMENT_BYTES);
+        self.admit("growing a table", bytes(current), bytes(desired))?;
+        let allowed = self.counts.table_growing(current, desired, maximum)?;
+        if allowed {
+            self.table_elements = self.table_elements - current + desired;
+            self.grown(bytes(current), bytes(desired));
+        }
+        Ok(allowed)
     }
 
     fn instances(&self) -> usize {
-        self.inner.instances()
+        self.counts.instances()
     }
 
     fn tables(&self) -> usize {
-        self.inner.tables()
+        self.counts.tables()
     }
 
     fn memories(&self) -> usize {
-        self.inner.memories()
+        self.counts.memories()
     }
+}
+
+/// `text` as one line of at most `max` bytes: control characters (a newline that would start
+/// a forged log line, a carriage return, terminal escapes) escaped as Rust does (`\n`,
+/// `\u{1b}`), cut at a character boundary.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let mut line = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let before = line.len();
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+        if line.len() > max {
+            line.truncate(before);
+            break;
+        }
+    }
+    line
 }
 
 /// A plugin's stderr: writes always succeed (a chatty plugin must not fail for it), and only
@@ -229,7 +369,7 @@ impl StderrTail {
                 // "panicked at src/lib.rs:48:23:" runs on into its message.
                 line.push_str(if line.ends_with(':') { " " } else { "; " });
             }
-            line.push_str(l);
+            line.push_str(&one_line(l, STDERR_TAIL * 4));
         }
         line
     }
@@ -302,9 +442,28 @@ impl tokio::io::AsyncWrite for StderrTail {
 /// keep-alive pool (wasmtime-wasi-http hands this hook only `http://` and `https://` requests).
 struct HttpAllowlist {
     allowed: Vec<String>,
+    /// The first [`MAX_DENIED_HOSTS`] distinct authorities denied, each cut to
+    /// [`MAX_DENIED_HOST_BYTES`].
     denied: Vec<String>,
+    /// Denied requests past those.
+    denied_more: usize,
     /// `None` when nothing is granted.
     pool: Option<HttpPool>,
+}
+
+impl HttpAllowlist {
+    /// Records a denied request to `authority`, within [`MAX_DENIED_HOSTS`].
+    fn deny(&mut self, authority: &str) {
+        let shown = crate::error::cut(authority, MAX_DENIED_HOST_BYTES);
+        if self.denied.contains(&shown) {
+            return;
+        }
+        if self.denied.len() < MAX_DENIED_HOSTS {
+            self.denied.push(shown);
+        } else {
+            self.denied_more += 1;
+        }
+    }
 }
 
 /// Checks one `grants.allowedHosts` entry: `host` or `host:port` (an IPv6 address in
@@ -398,7 +557,7 @@ impl WasiHttpHooks for HttpAllowlist {
                 pool.clone()
             }
             _ => {
-                self.denied.push(authority);
+                self.deny(&authority);
                 return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
             }
         };
@@ -417,6 +576,16 @@ impl WasiHttpHooks for HttpAllowlist {
     /// (The pool has logged the failure at debug level.)
     fn p2_error_from_connect(&mut self, _err: &std::io::Error) -> ErrorCode {
         ErrorCode::ConnectionRefused
+    }
+
+    /// [`HTTP_BODY_BUFFER_CHUNKS`], set here rather than left to wasmtime's default.
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        HTTP_BODY_BUFFER_CHUNKS
+    }
+
+    /// [`HTTP_BODY_CHUNK_BYTES`].
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        HTTP_BODY_CHUNK_BYTES
     }
 
     /// As [`Self::p2_error_from_connect`], for a failed read of a response body.
@@ -446,17 +615,27 @@ impl WasiHttpView for Sandbox {
 }
 
 impl log::Host for Sandbox {
+    /// Writes `message` to the operator's log as one line ([`one_line`]: a plugin cannot
+    /// forge a second line), within [`MAX_LOG_LINE`] bytes a line and [`MAX_LOG_PER_CALL`]
+    /// bytes and [`MAX_LOG_LINES_PER_CALL`] lines a call. The first line past a cap is replaced
+    /// by one warning saying so; the others are dropped.
     fn log(&mut self, level: LogLevel, message: String) {
-        if self.log_budget == 0 {
+        let plugin = self.plugin.as_str();
+        if self.log_lines == 0 || self.log_budget == 0 {
+            if !self.log_capped {
+                self.log_capped = true;
+                tracing::warn!(
+                    plugin,
+                    "further log lines of this call dropped (at most {MAX_LOG_LINES_PER_CALL} \
+                     lines and {MAX_LOG_PER_CALL} bytes a call)"
+                );
+            }
             return;
         }
-        let mut end = message.len().min(MAX_LOG_LINE).min(self.log_budget);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.log_budget -= end;
-        let line = &message[..end];
-        let plugin = self.plugin.as_str();
+        let line = one_line(&message, MAX_LOG_LINE.min(self.log_budget));
+        self.log_budget -= line.len();
+        self.log_lines -= 1;
+        let line = line.as_str();
         match level {
             LogLevel::Trace => tracing::trace!(plugin, "{line}"),
             LogLevel::Debug => tracing::debug!(plugin, "{line}"),
@@ -477,6 +656,7 @@ mod tests {
         let mut hooks = HttpAllowlist {
             allowed: Vec::new(),
             denied: Vec::new(),
+            denied_more: 0,
             pool: None,
         };
         for kind in [ErrorKind::ConnectionRefused, ErrorKind::NetworkUnreachable] {

@@ -79,14 +79,16 @@ impl fmt::Display for Hook {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Limits {
-    /// Linear memory cap in MiB (default 64).
+    /// Memory cap in MiB (default 64): every linear memory and table of one call together (a
+    /// table element counts [`TABLE_ELEMENT_BYTES`](crate::sandbox::TABLE_ELEMENT_BYTES)).
     #[serde(rename = "memoryMiB")]
     pub memory_mib: u32,
     /// Wall-clock cap per call in milliseconds (default 250): an epoch deadline while the
     /// guest runs, and the whole call (host I/O and sleeps included) dropped one epoch tick
     /// after it.
     pub timeout_ms: u32,
-    /// Cap on a call's output (route JSON, reasons, messages) in KiB (default 1024).
+    /// Cap on a call's output in KiB (default 1024): the strings of its answer (route JSON,
+    /// reasons), or of its `plugin-error` (message and field together).
     #[serde(rename = "maxOutputKiB")]
     pub max_output_kib: u32,
 }
@@ -105,6 +107,11 @@ impl Limits {
     /// The memory cap in bytes.
     pub(crate) fn memory_bytes(&self) -> usize {
         (self.memory_mib as usize) << 20
+    }
+
+    /// The output cap in bytes.
+    pub(crate) fn max_output_bytes(&self) -> usize {
+        (self.max_output_kib as usize) << 10
     }
 
     pub(crate) fn timeout(&self) -> Duration {

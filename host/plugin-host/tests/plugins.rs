@@ -167,37 +167,84 @@ async fn stderr_is_kept_to_its_tail_and_never_fails_the_plugin() {
 #[tokio::test]
 async fn oversized_output_is_rejected() {
     let rt = runtime();
-    // 2 MiB of output against the default 1 MiB cap.
-    let p = hostile(&rt, |_| {}).await;
-    let e = fails(&p, "huge", "2").await;
+    // 1 MiB of output against a 512 KiB cap.
+    let p = hostile(&rt, |s| s.limits.max_output_kib = 512).await;
+    let e = fails(&p, "huge", "1").await;
     assert_eq!(
         e.failure,
         Failure::OutputTooLarge {
-            size_kib: 2048,
-            limit_kib: 1024
+            size_kib: 1024,
+            limit_kib: 512
         },
         "{e}"
     );
-    // 100 MiB: refused, whether by the memory cap or the output cap.
+    // 100 MiB: refused while it is copied out of the guest, past the hostcall fuel (the 1 MiB
+    // cap plus 1 MiB), before the host holds it.
     let big = hostile(&rt, |s| {
         s.limits.memory_mib = 256;
         s.limits.timeout_ms = 20_000;
     })
     .await;
     let e = fails(&big, "huge", "100").await;
+    assert_eq!(
+        e.failure,
+        Failure::TransferTooLarge { limit_kib: 2048 },
+        "{e}"
+    );
     assert!(
-        matches!(
-            e.failure,
-            Failure::OutputTooLarge {
-                size_kib: 102_400,
-                ..
-            }
-        ),
+        e.to_string()
+            .contains("handed the host more than 2048 KiB at once"),
         "{e}"
     );
     let small = hostile(&rt, |s| s.limits.timeout_ms = 20_000).await;
     let e = fails(&small, "huge", "100").await;
     assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 64 }, "{e}");
+}
+
+/// Every string of a `plugin-error` counts against `limits.maxOutputKiB`, its field as much as
+/// its message.
+#[tokio::test]
+async fn an_oversized_error_field_is_output_too_large() {
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.max_output_kib = 64).await;
+    let e = fails(&p, "error-field", "128").await;
+    assert_eq!(
+        e.failure,
+        Failure::OutputTooLarge {
+            size_kib: 128,
+            limit_kib: 64
+        },
+        "{e}"
+    );
+    let e = fails(&p, "error-field", "1").await;
+    assert!(
+        matches!(&e.failure, Failure::Plugin { field: Some(f), .. } if f.len() == 1024),
+        "a field within the cap is kept: {e}"
+    );
+}
+
+/// A plugin that floods the host with requests it was not granted gets a failure naming the
+/// first few authorities (each cut short) and counting the rest: what the host keeps and says
+/// stays small however many it sends.
+#[tokio::test]
+async fn a_flood_of_denied_requests_is_named_within_bounds() {
+    use wasmop_plugin_host::sandbox::{MAX_DENIED_HOST_BYTES, MAX_DENIED_HOSTS};
+    let rt = runtime();
+    let p = hostile(&rt, |s| s.limits.timeout_ms = 20_000).await;
+    let e = fails(&p, "deny-flood", "2000").await;
+    let Failure::DeniedHost { hosts, more } = &e.failure else {
+        panic!("{e}");
+    };
+    assert_eq!(hosts.len(), MAX_DENIED_HOSTS, "{e}");
+    assert_eq!(*more, 2000 - MAX_DENIED_HOSTS, "{e}");
+    assert!(hosts.iter().all(|h| h.len() <= MAX_DENIED_HOST_BYTES));
+    assert!(hosts[0].starts_with("h0-ppp"), "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains(&format!("and {more} more (not in grants.allowedHosts)")),
+        "{message}"
+    );
+    assert!(message.len() < 2048, "{} bytes", message.len());
 }
 
 #[tokio::test]
@@ -254,12 +301,19 @@ async fn outbound_http_only_to_allowed_hosts() {
         .expect("an allowed loopback host succeeds");
     server.join().unwrap();
     let e = fails(&p, "http", &format!("http://{other}/")).await;
-    assert_eq!(e.failure, Failure::DeniedHost(vec![other.clone()]), "{e}");
+    assert_eq!(
+        e.failure,
+        Failure::DeniedHost {
+            hosts: vec![other.clone()],
+            more: 0
+        },
+        "{e}"
+    );
     assert!(e.to_string().contains("not in grants.allowedHosts"), "{e}");
     let nothing = hostile(&rt, |_| {}).await;
     let e = fails(&nothing, "http", &format!("http://{allowed}/")).await;
     assert!(
-        matches!(e.failure, Failure::DeniedHost(_)),
+        matches!(e.failure, Failure::DeniedHost { .. }),
         "nothing is granted by default: {e}"
     );
 }
@@ -620,6 +674,74 @@ async fn a_refused_read_only_dir_fails_its_entry_alone() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A `tracing` writer collecting what it is given, for tests that read the log.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The log lines written so far.
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// What a plugin logs is one line per call of `log`, whatever it holds (a newline, a carriage
+/// return, a terminal escape are escaped), so a plugin cannot forge a log line of the operator
+/// or of another plugin; and a call keeps at most `MAX_LOG_LINES_PER_CALL` lines, however
+/// short, then says once that it dropped the rest.
+#[tokio::test]
+async fn plugin_log_lines_cannot_be_forged_and_are_capped_in_number() {
+    use wasmop_plugin_host::sandbox::MAX_LOG_LINES_PER_CALL;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+
+    p.route(request("log-forge", "")).await.unwrap();
+    let lines = captured.lines();
+    let forged: Vec<_> = lines.iter().filter(|l| l.contains("forged")).collect();
+    assert_eq!(forged.len(), 1, "{lines:#?}");
+    assert!(
+        forged[0].contains(r"innocent\nlevel=ERROR plugin=other forged line\r\u{1b}[2K"),
+        "{}",
+        forged[0]
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("level=ERROR")),
+        "{lines:#?}"
+    );
+
+    p.route(request("log-lines", "1000")).await.unwrap();
+    let lines = captured.lines();
+    let kept = lines.iter().filter(|l| l.contains(" line ")).count();
+    assert_eq!(kept, MAX_LOG_LINES_PER_CALL, "{kept} of 1000 lines kept");
+    let dropped = lines
+        .iter()
+        .filter(|l| l.contains("further log lines of this call dropped"))
+        .count();
+    assert_eq!(dropped, 1, "said once: {lines:#?}");
+}
+
 #[tokio::test]
 async fn plugin_logs_are_capped() {
     let rt = runtime();
@@ -734,7 +856,7 @@ async fn every_default_plugin_answers_through_the_host() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.failure, Failure::DeniedHost(_)),
+        matches!(e.failure, Failure::DeniedHost { .. }),
         "the default scaler reaches Prometheus only when granted: {e}"
     );
 }
@@ -1176,6 +1298,181 @@ async fn entries_of_one_component_share_one_pre_instance() {
     );
 }
 
+/// The hostile-memories fixture (tests/fixtures/hostile-memories: four memories, 12 MiB and a
+/// little at instantiation, 4 MiB each) loaded with `limits.memoryMiB` = `mib`.
+async fn load_memories(rt: &Arc<PluginRuntime>, mib: u32) -> Result<Arc<Plugin>, LoadError> {
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_memories.wasm")).unwrap();
+    let mut spec = PluginSpec::new("hostile", Hook::Routing, "file:///hostile-memories.wasm");
+    spec.limits.memory_mib = mib;
+    rt.load(&spec, &bytes).await
+}
+
+/// `limits.memoryMiB` bounds every linear memory and table of a call together, at
+/// instantiation and as they grow, not each memory alone; a component of several memories
+/// runs within the sum, with the pooling allocator too.
+#[tokio::test]
+async fn memories_and_tables_of_a_call_count_together() {
+    let rt = runtime();
+    // Four memories of 4 MiB or less: each is under 12 MiB, together they are over it.
+    let e = load_memories(&rt, 12).await.unwrap_err();
+    assert!(
+        e.message.contains(
+            "out of memory: the call's linear memories and tables together exceeded 12 MiB \
+             (limits.memoryMiB)"
+        ),
+        "{e}"
+    );
+    // Growing three of them to 8 MiB each: each under 16 MiB, together about 24.
+    let p = load_memories(&rt, 16).await.unwrap();
+    p.route(request("ok", "")).await.unwrap();
+    let e = fails(&p, "grow", "").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+    // Within the sum they grow.
+    let roomy = load_memories(&rt, 32).await.unwrap();
+    roomy.route(request("grow", "")).await.unwrap();
+
+    let pooled = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 1,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let p = load_memories(&pooled, 32).await.unwrap();
+    p.route(request("grow", "")).await.unwrap();
+    let p = load_memories(&pooled, 16).await.unwrap();
+    let e = fails(&p, "grow", "").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 16 }, "{e}");
+}
+
+/// A table grown to millions of elements counts against `limits.memoryMiB` (8 bytes an
+/// element) and fails the call, with instances allocated on demand (no pool bounds the table
+/// there) as with the pool.
+#[tokio::test]
+async fn a_table_grown_to_millions_of_elements_fails_the_call() {
+    let p = load_memories(&runtime(), 64).await.unwrap();
+    let e = fails(&p, "table", "").await;
+    assert_eq!(e.failure, Failure::OutOfMemory { limit_mib: 64 }, "{e}");
+    let pooled = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 1,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let p = load_memories(&pooled, 64).await.unwrap();
+    fails(&p, "table", "").await;
+}
+
+/// Recursion without end fails the call with a stack overflow; the host keeps serving.
+#[tokio::test]
+async fn deep_recursion_fails_the_call_with_a_stack_overflow() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    let e = fails(&p, "recurse", "").await;
+    assert!(
+        matches!(&e.failure, Failure::Trap(m) if m.starts_with("stack overflow: the call used more than 1024 KiB")),
+        "{e}"
+    );
+}
+
+/// A plugin calling `exit` (Rust's `std::process::exit`) fails that call only, whatever the
+/// status, with a message that says what it did; the host keeps serving.
+#[tokio::test]
+async fn a_plugin_calling_exit_fails_only_that_call() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    for status in ["3", "0"] {
+        let e = fails(&p, "exit", status).await;
+        assert!(matches!(e.failure, Failure::Exited { .. }), "{e}");
+        assert!(e.to_string().contains("instead of answering"), "{e}");
+    }
+}
+
+/// wasmtime's hostcall fuel is `maxOutputKiB` plus 1 MiB, not its default 128 MiB: a plugin
+/// handing the host more in one call (a 3 MiB log line) fails, as it is copied; 512 KiB goes
+/// through (and is cut to a line of 4 KiB).
+#[tokio::test]
+async fn a_plugin_handing_the_host_more_than_its_fuel_fails() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    p.route(request("log-bytes", "512")).await.unwrap();
+    let e = fails(&p, "log-bytes", "3072").await;
+    assert_eq!(
+        e.failure,
+        Failure::TransferTooLarge { limit_kib: 2048 },
+        "{e}"
+    );
+}
+
+/// `wasi:random` gives at most `MAX_RANDOM_BYTES` (1 MiB, not wasmtime's 64 MiB) per request.
+#[tokio::test]
+async fn random_bytes_are_capped() {
+    use wasmop_plugin_host::sandbox::MAX_RANDOM_BYTES;
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    p.route(request("random", &MAX_RANDOM_BYTES.to_string()))
+        .await
+        .unwrap();
+    let e = fails(&p, "random", &(MAX_RANDOM_BYTES + 1).to_string()).await;
+    assert!(
+        matches!(&e.failure, Failure::Trap(m) if m.contains(&format!("exceeds limit {MAX_RANDOM_BYTES}"))),
+        "{e}"
+    );
+}
+
+/// A call holds at most `MAX_RESOURCES` resources at once (10,000, not wasmtime's 1,000,000
+/// host entries and 100,000 handles).
+#[tokio::test]
+async fn resources_a_call_holds_are_capped() {
+    use wasmop_plugin_host::sandbox::MAX_RESOURCES;
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    // A pollable of a clock takes two entries of the host's table.
+    p.route(request("resources", &(MAX_RESOURCES / 2 - 100).to_string()))
+        .await
+        .unwrap();
+    let e = fails(&p, "resources", &(MAX_RESOURCES + 1).to_string()).await;
+    assert!(matches!(e.failure, Failure::Trap(_)), "{e}");
+}
+
+/// The headers of a `wasi:http` request hold at most `MAX_HTTP_FIELDS_BYTES` (64 KiB, not
+/// wasmtime's 128 KiB): an append past it fails the call.
+#[tokio::test]
+async fn http_fields_are_capped() {
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    p.route(request("fields", &(32 << 10).to_string()))
+        .await
+        .unwrap();
+    let e = fails(&p, "fields", &(100 << 10).to_string()).await;
+    assert!(
+        matches!(&e.failure, Failure::Trap(m) if m.contains("total size of fields exceeds limit")),
+        "{e}"
+    );
+}
+
+/// One write to an outgoing `wasi:http` body carries at most `HTTP_BODY_CHUNK_BYTES` (64 KiB,
+/// not wasmtime's 1 MiB), and `HTTP_BODY_BUFFER_CHUNKS` (1) is buffered beyond the one in
+/// flight: a larger write, or a third write the network has not taken, traps.
+#[tokio::test]
+async fn http_body_writes_are_capped() {
+    use wasmop_plugin_host::sandbox::HTTP_BODY_CHUNK_BYTES;
+    let rt = runtime();
+    let p = hostile(&rt, |_| {}).await;
+    p.route(request("body", &format!("{HTTP_BODY_CHUNK_BYTES},2")))
+        .await
+        .unwrap();
+    for host in [
+        format!("{},1", HTTP_BODY_CHUNK_BYTES + 1),
+        format!("{HTTP_BODY_CHUNK_BYTES},3"),
+    ] {
+        let e = fails(&p, "body", &host).await;
+        assert!(
+            matches!(&e.failure, Failure::Trap(m) if m.contains("write exceeded budget")),
+            "{host}: {e}"
+        );
+    }
+}
+
 /// A task on the current runtime that counts its wake-ups from 1 ms sleeps: how often the
 /// executor got to run it. Abort the handle when done.
 fn ticker() -> (
@@ -1496,7 +1793,7 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
     assert_eq!(decisions.iter().filter(|d| d.restart).count(), 34);
 
     // Loading calls `info` and `validate-settings`; then the call above. Each call's memory
-    // stays at the 4 MiB it starts with.
+    // stays at the 4 MiB it starts with, plus its tables (a few hundred elements of 8 bytes).
     for (plugin, hook) in [
         ("routing-memory", Hook::Routing),
         ("restart-memory", Hook::Restart),
@@ -1504,9 +1801,9 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
         let calls = metric(&rt, "wasmop_plugin_memory_peak_bytes_count", plugin, hook);
         assert_eq!(calls, 3.0, "{plugin}: info, validate-settings and one call");
         let peaks = metric(&rt, "wasmop_plugin_memory_peak_bytes_sum", plugin, hook);
-        assert_eq!(
-            peaks,
-            calls * 4.0 * 1_048_576.0,
+        let memories = calls * 4.0 * 1_048_576.0;
+        assert!(
+            peaks > memories && peaks < memories + calls * 16_384.0,
             "{plugin}: peaks {peaks} bytes"
         );
         assert_eq!(
@@ -1526,7 +1823,7 @@ async fn default_plugins_serve_usual_calls_without_growing_memory() {
     };
     assert!(
         e.to_string()
-            .contains("out of memory: exceeded 3 MiB (limits.memoryMiB)"),
+            .contains("out of memory: the call's linear memories and tables together exceeded 3 MiB (limits.memoryMiB)"),
         "{e}"
     );
 

@@ -214,7 +214,7 @@ async fn prometheus_is_reached_only_when_granted() {
         .vote(trigger(&prom, "sum(wasmop_test_load)", 1.into()))
         .await
         .unwrap_err();
-    assert!(matches!(e.failure, Failure::DeniedHost(_)), "{e}");
+    assert!(matches!(e.failure, Failure::DeniedHost { .. }), "{e}");
 }
 
 /// Queries go out on kept-alive connections, as upstream's Go client sends them: votes in a row

@@ -560,7 +560,7 @@ fn inline_json_fields(request: &mut serde_json::Value, hook: Hook) {
 /// A failed call of `plugin run`, with the flag that grants a denied host.
 fn run_error(e: CallError) -> anyhow::Error {
     match &e.failure {
-        Failure::DeniedHost(hosts) => anyhow::anyhow!(
+        Failure::DeniedHost { hosts, .. } => anyhow::anyhow!(
             "{e}; to grant it, pass {}",
             hosts
                 .iter()
