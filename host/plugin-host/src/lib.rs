@@ -2,7 +2,8 @@
 //! It knows nothing of Kubernetes controllers; they call it through [`Plugin`]'s typed methods.
 //!
 //! - [`PluginRuntime`] owns the wasmtime engine (component model only, epoch interruption with a
-//!   10 ms ticker), the compile cache and the semaphore that bounds concurrent calls.
+//!   10 ms ticker), the compile cache and the permits that bound concurrent calls (shared, and
+//!   one of each hook's own).
 //! - [`Plugin`] is one loaded registry entry: its `InstancePre` for its world, settings,
 //!   limits and grants. Each call gets a fresh `Store` (`sandbox::Sandbox`), runs in the
 //!   calling task through wasmtime's async API and leaves the async executor once it has
@@ -44,8 +45,9 @@ pub use epoch::EPOCH_TICK;
 pub use error::{CallError, Failure, LoadError};
 pub use plugin::Plugin;
 pub use runtime::{
-    CompileLimits, MAX_COMPONENT_BYTES, MAX_WASM_STACK, POOLING_MAX_MEMORY, PluginRuntime,
-    RuntimeOptions, pooling_reservation, read_extra_ca_file,
+    CompileLimits, LOAD_CALLS, MAX_COMPONENT_BYTES, MAX_WASM_STACK, OWN_PERMITS_PER_HOOK,
+    POOLING_MAX_MEMORY, PluginRuntime, RuntimeOptions, instance_slots, pooling_reservation,
+    read_extra_ca_file,
 };
 pub use spec::{FailurePolicy, Grants, Hook, Limits, PluginSpec};
 

@@ -74,6 +74,9 @@ impl PluginRuntime {
             },
             pre,
         };
+        // The load's calls take permits of their own (`CallPermits::load`): a reload never
+        // waits behind the hooks' calls, and every instance in flight has a pool slot.
+        let permit = self.permits.load().await;
         let Response::Info(info) = plugin
             .call_in_store(Request::Info)
             .await
@@ -92,6 +95,7 @@ impl PluginRuntime {
             .call_in_store(Request::ValidateSettings(plugin.settings_json.clone()))
             .await
             .map_err(|e| err(format!("settings rejected: {}", e.failure)))?;
+        drop(permit);
         tracing::info!(
             plugin = %spec.name, hook = %spec.hook, digest = %plugin.digest, name = %info.name, version = %info.version,
             origin = origin.map_or("shared", |o| if o == Origin::Cached { "cache" } else { "compiled" }), elapsed_ms = started.elapsed().as_millis() as u64, "plugin loaded"
@@ -252,17 +256,12 @@ impl Plugin {
         }
     }
 
-    /// Makes `request`'s call behind the runtime's semaphore (see `call_in_store` for where it
-    /// runs) and records its metrics. A panic of the host while serving the call fails that
-    /// call only.
+    /// Makes `request`'s call with a permit of its hook (its own, or a shared one; see
+    /// `CallPermits`; `call_in_store` for where it runs) and records its metrics. A panic of
+    /// the host while serving the call fails that call only.
     async fn call(self: &Arc<Self>, request: Request) -> Result<Response, CallError> {
         use futures::FutureExt as _;
-        let _permit = self
-            .runtime
-            .permits
-            .acquire()
-            .await
-            .expect("semaphore is never closed");
+        let _permit = self.runtime.permits.call(self.spec.hook).await;
         let started = Instant::now();
         let result = std::panic::AssertUnwindSafe(self.call_in_store(request))
             .catch_unwind()

@@ -1,4 +1,4 @@
-//! The plugin runtime: the wasmtime engine, linker, compile cache, call semaphore, epoch ticker
+//! The plugin runtime: the wasmtime engine, linker, compile cache, call permits, epoch ticker
 //! and HTTP pool that every plugin of a process shares.
 
 use std::path::PathBuf;
@@ -19,12 +19,12 @@ use crate::sandbox::Sandbox;
 use crate::spec::{Hook, PluginSpec};
 use crate::world::WorldPre;
 
-/// The engine, linker, compile cache and call semaphore shared by all plugins.
+/// The engine, linker, compile cache and call permits shared by all plugins.
 pub struct PluginRuntime {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<Sandbox>,
     pub(crate) cache: CompileCache,
-    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) permits: CallPermits,
     /// Keep-alive connections of plugins' granted `http://` and `https://` requests.
     pub(crate) http_pool: http_pool::HttpPool,
     /// [`RuntimeOptions::extra_ca_pem`].
@@ -47,6 +47,68 @@ pub struct PluginRuntime {
     pub(crate) data_root: std::sync::RwLock<DataRoot>,
     /// [`PluginRuntime::set_compile_limits`].
     pub(crate) compile_limits: std::sync::RwLock<CompileLimits>,
+}
+
+/// Permits each hook has for its calls alone, besides the shared
+/// [`RuntimeOptions::max_concurrent_calls`]: no other hook's calls can take them, so a flood of
+/// one hook's calls (routing, for many DynamicEnvs whose router runs to its deadline) never
+/// holds back another's (a DR tick).
+pub const OWN_PERMITS_PER_HOOK: usize = 1;
+
+/// `info` and `validate-settings` calls of loads that run at once (a reload loads up to
+/// [`CONCURRENT_LOADS`](crate::registry::CONCURRENT_LOADS) entries at a time; their calls take
+/// milliseconds). They have permits of their own, so a reload never waits behind the hooks'
+/// calls, and the instance pool is sized for them.
+pub const LOAD_CALLS: usize = 2;
+
+/// The permits a call takes before it instantiates its plugin: one of its hook's own
+/// ([`OWN_PERMITS_PER_HOOK`]) if one is free, else one of the shared ones
+/// ([`RuntimeOptions::max_concurrent_calls`]), whichever comes first; loads take one of
+/// [`LOAD_CALLS`]. Every instance in flight holds one, so the pooling allocator, sized to
+/// their sum ([`instance_slots`]), always has a slot for it.
+pub(crate) struct CallPermits {
+    shared: Semaphore,
+    /// By `Hook as usize`.
+    own: [Semaphore; 4],
+    loads: Semaphore,
+}
+
+impl CallPermits {
+    fn new(max_concurrent_calls: usize) -> Self {
+        Self {
+            shared: Semaphore::new(max_concurrent_calls.max(1)),
+            own: std::array::from_fn(|_| Semaphore::new(OWN_PERMITS_PER_HOOK)),
+            loads: Semaphore::new(LOAD_CALLS),
+        }
+    }
+
+    /// A permit for a call of `hook`: its own if free, else a shared one, else the first of
+    /// them to come free.
+    pub(crate) async fn call(&self, hook: Hook) -> tokio::sync::SemaphorePermit<'_> {
+        let own = &self.own[hook as usize];
+        if let Ok(permit) = own.try_acquire() {
+            return permit;
+        }
+        if let Ok(permit) = self.shared.try_acquire() {
+            return permit;
+        }
+        // A waiter queues on both; the one it does not get is dropped, and a permit that
+        // semaphore handed it meanwhile goes back (tokio's `Acquire` returns it on drop).
+        tokio::select! {
+            biased;
+            permit = own.acquire() => permit,
+            permit = self.shared.acquire() => permit,
+        }
+        .expect("the call semaphores are never closed")
+    }
+
+    /// A permit for a load's `info` or `validate-settings` call.
+    pub(crate) async fn load(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.loads
+            .acquire()
+            .await
+            .expect("the load semaphore is never closed")
+    }
 }
 
 /// Largest component accepted from a `file://` or `https://` source, in bytes (a
@@ -92,7 +154,10 @@ impl Default for CompileLimits {
 pub struct RuntimeOptions {
     /// Directory for compiled artifacts; `None` compiles every time.
     pub cache_dir: Option<PathBuf>,
-    /// Calls allowed to run at once (default: the number of CPUs).
+    /// Plugin calls of all hooks that run at once on the shared permits (default: the number
+    /// of CPUs; `wasmop run --max-concurrent-calls`). Each hook has [`OWN_PERMITS_PER_HOOK`]
+    /// more of its own, so at most `max_concurrent_calls + 4` calls run at once, and a call
+    /// beyond them waits for a permit. 0 counts as 1.
     pub max_concurrent_calls: usize,
     /// Use wasmtime's pooling instance allocator (the default): instance slots reserved once,
     /// sized to the concurrency, with copy-on-write memory images, so a call neither maps nor
@@ -157,12 +222,20 @@ const POOLING_MEMORIES_PER_MODULE: u32 = 4;
 /// default plugins write a few hundred KiB per call.
 pub(crate) const POOLING_KEEP_RESIDENT: usize = 4 << 20;
 
-/// Pool sizes for `max_concurrent_calls`: the calls behind the semaphore, plus the `info` and
-/// `validate-settings` calls of loads (one at a time), with room for components made of
-/// several core modules (a Rust component has about five, other languages more) and for
-/// large function tables (interpreters compiled to WebAssembly have tens of thousands).
+/// Component instances that can be in flight at once: one per call permit ([`CallPermits`]),
+/// the shared ones, each hook's own and the loads'.
+pub fn instance_slots(max_concurrent_calls: usize) -> usize {
+    max_concurrent_calls.max(1) + Hook::ALL.len() * OWN_PERMITS_PER_HOOK + LOAD_CALLS
+}
+
+/// Pool sizes for `max_concurrent_calls`: a slot for every instance a permit lets run
+/// ([`instance_slots`]), with room for components made of several core modules (a Rust
+/// component has about five, Python 14) and for large function tables (interpreters compiled
+/// to WebAssembly have tens of thousands). A component using more core instances, memories or
+/// tables than a slot's share can still find the pool full while others run: its call then
+/// fails alone, saying so, and is not run.
 fn pooling_config(max_concurrent_calls: usize) -> wasmtime::PoolingAllocationConfig {
-    let slots = u32::try_from(max_concurrent_calls.max(1) * 2 + 2).unwrap_or(u32::MAX);
+    let slots = u32::try_from(instance_slots(max_concurrent_calls)).unwrap_or(u32::MAX);
     let mut pool = wasmtime::PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
         .total_core_instances(slots.saturating_mul(16))
@@ -180,9 +253,10 @@ fn pooling_config(max_concurrent_calls: usize) -> wasmtime::PoolingAllocationCon
 }
 
 /// Virtual memory, in GiB, that the pooling allocator reserves for `max_concurrent_calls`
-/// (memory slots of 4 GiB plus guard pages; nothing of it is committed until used).
+/// (four memory slots of 4 GiB plus guard pages per [`instance_slots`]; nothing of it is
+/// committed until used): 128 GiB with 2 shared permits.
 pub fn pooling_reservation(max_concurrent_calls: usize) -> usize {
-    (max_concurrent_calls.max(1) * 2 + 2) * 4 * 4
+    instance_slots(max_concurrent_calls) * 4 * 4
 }
 
 impl Default for RuntimeOptions {
@@ -273,7 +347,7 @@ impl PluginRuntime {
             engine,
             linker,
             cache,
-            permits: Arc::new(Semaphore::new(opts.max_concurrent_calls.max(1))),
+            permits: CallPermits::new(opts.max_concurrent_calls),
             http_pool,
             extra_ca_pem: opts.extra_ca_pem,
             epoch,
@@ -577,6 +651,28 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// With every shared permit and routing's own taken, a further routing call waits, and a
+    /// call of each other hook still gets its own permit at once.
+    #[tokio::test]
+    async fn each_hook_keeps_a_permit_of_its_own() {
+        use futures::FutureExt as _;
+        let permits = CallPermits::new(1);
+        let _own = permits.call(Hook::Routing).await;
+        let shared = permits.call(Hook::Routing).await;
+        let mut waiting = Box::pin(permits.call(Hook::Routing));
+        assert!((&mut waiting).now_or_never().is_none(), "routing waits");
+        for hook in [Hook::Scaling, Hook::Restart, Hook::Dr] {
+            let permit = permits.call(hook).now_or_never();
+            assert!(permit.is_some(), "{hook} has a permit of its own");
+        }
+        drop(shared);
+        assert!(
+            waiting.now_or_never().is_some(),
+            "a freed shared permit serves routing"
+        );
+        assert_eq!(instance_slots(1), 1 + 4 + LOAD_CALLS);
+    }
 
     /// A compile past [`CompileLimits::timeout`] fails its load at once; the compile goes on in
     /// the background holding the compile permit and its marker until it ends, and its result

@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmop_plugin_host::registry::{
@@ -1470,6 +1470,102 @@ async fn http_body_writes_are_capped() {
             matches!(&e.failure, Failure::Trap(m) if m.contains("write exceeded budget")),
             "{host}: {e}"
         );
+    }
+}
+
+/// A DR tick's request for an instance without a lease.
+fn tick_request() -> StateRequest {
+    StateRequest {
+        identity: "solo".into(),
+        now: 100_000,
+        lease: None,
+        wait_time_seconds: 5,
+        failure_threshold: 3,
+        started_at: 0,
+        warmup_seconds: 0,
+    }
+}
+
+/// Each hook has a permit of its own: with a router looping to its deadline and 100 routing
+/// calls queued on the shared permits, a DR call still runs at once, well within any DR period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dr_calls_keep_their_own_permit_under_a_flood_of_routing_calls() {
+    let rt = runtime();
+    let router = hostile(&rt, |s| s.limits.timeout_ms = 100).await;
+    let none = builtin::find("none").unwrap();
+    let spec = PluginSpec::new("none", Hook::Dr, "builtin://none");
+    let dr = rt.load(&spec, none.wasm).await.unwrap();
+    let (queued, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let flood: Vec<_> = (0..100)
+        .map(|_| {
+            let (router, queued, done) = (router.clone(), queued.clone(), done.clone());
+            tokio::spawn(async move {
+                // Counted in the same poll that queues the call for a permit.
+                queued.fetch_add(1, Ordering::SeqCst);
+                let e = router.route(request("loop", "")).await.unwrap_err();
+                assert!(matches!(e.failure, Failure::Timeout { .. }), "{e}");
+                done.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    eventually("every routing call is queued", || {
+        queued.load(Ordering::SeqCst) == 100
+    })
+    .await;
+    for _ in 0..5 {
+        let started = Instant::now();
+        dr.check(tick_request()).await.expect("a DR decision");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a DR call waited {:?} behind the routing calls",
+            started.elapsed()
+        );
+    }
+    assert!(
+        done.load(Ordering::SeqCst) < 50,
+        "the routing flood was still queued"
+    );
+    for call in flood {
+        call.await.unwrap();
+    }
+}
+
+/// More instantiations at once than the pool has slots (16 loads whose settings check holds
+/// the instance for 100 ms, and 16 calls that sleep, on a pool of 7 slots) all succeed: each
+/// waits for a permit, and every permit has a slot. Before, loads took no permit and the
+/// excess failed with the pool's "maximum concurrent limit … reached".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_instantiations_than_the_pool_holds_wait_for_a_slot() {
+    let rt = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 1,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    assert_eq!(wasmop_plugin_host::instance_slots(1), 7);
+    let p = hostile(&rt, |_| {}).await;
+    let bytes = std::fs::read(components_dir().join("wasmop_hostile_fixture.wasm")).unwrap();
+    let loads = (0..16).map(|i| {
+        let (rt, bytes) = (rt.clone(), bytes.clone());
+        tokio::spawn(async move {
+            let mut spec = PluginSpec::new(&format!("slow-{i}"), Hook::Routing, "file:///h.wasm");
+            spec.settings = Some(serde_json::json!({ "sleep": 100 }));
+            rt.load(&spec, &bytes).await.map(drop)
+        })
+    });
+    let calls = (0..16).map(|_| {
+        let p = p.clone();
+        tokio::spawn(async move { p.route(request("sleep", "50")).await.map(drop) })
+    });
+    let (loads, calls) = tokio::join!(
+        futures::future::join_all(loads),
+        futures::future::join_all(calls)
+    );
+    for load in loads {
+        load.unwrap().expect("every load finds a slot");
+    }
+    for call in calls {
+        call.unwrap().expect("every call finds a slot");
     }
 }
 
