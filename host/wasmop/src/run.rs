@@ -51,11 +51,20 @@ pub(crate) struct RunOptions {
     #[arg(long, env = "WASMOP_EXTRA_CA_FILE")]
     pub extra_ca_file: Option<PathBuf>,
     /// Wasmtime's pooling instance allocator (on by default; `--pooling=false` turns it off):
-    /// faster plugin calls, virtual memory reserved up front (about 100 GiB, none of it
-    /// committed), plugin memory capped at 1 GiB. Falls back to on-demand allocation, with a
+    /// faster plugin calls, virtual memory reserved up front ((N + 6) × 16 GiB for
+    /// `--max-concurrent-calls` N, none of it committed), plugin memory capped at 1 GiB. Falls back to on-demand allocation, with a
     /// warning, where the reservation is refused.
     #[arg(long, env = "WASMOP_POOLING", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub pooling: bool,
+    /// Plugin calls that run at once on the shared permits, all hooks together (default: the
+    /// number of CPUs, 1 to 256). Each hook (routing, scaling, restart, dr) also has one permit
+    /// of its own that no other hook's calls can take, so at most N + 4 calls run at once and a
+    /// flood of one hook's calls (a router looping to its deadline for many DynamicEnvs) never
+    /// holds back another (a DR tick). Each call may use its entry's limits.memoryMiB; the
+    /// pooling allocator reserves (N + 6) × 16 GiB of virtual memory.
+    #[arg(long, env = "WASMOP_MAX_CONCURRENT_CALLS", value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub max_concurrent_calls: Option<u16>,
     /// The directory every `grants.readOnlyDir` must be under (resolved without following a
     /// symlink out of it; `/`, `/proc`, `/sys`, `/dev` and the Secrets' directories are
     /// refused). The chart mounts a volume there.
@@ -90,10 +99,15 @@ pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("cannot connect to the Kubernetes API (is KUBECONFIG set?)")?;
+    let defaults = RuntimeOptions::default();
+    let max_concurrent_calls = opts
+        .max_concurrent_calls
+        .map_or(defaults.max_concurrent_calls, usize::from);
     let runtime = PluginRuntime::new(RuntimeOptions {
         pooling: opts.pooling,
+        max_concurrent_calls,
         extra_ca_pem: wasmop_plugin_host::read_extra_ca_file(opts.extra_ca_file.as_deref())?,
-        ..RuntimeOptions::default()
+        ..defaults
     })?;
     runtime.set_plugin_data_root(opts.plugin_data_root.clone());
     runtime.set_compile_limits(wasmop_plugin_host::CompileLimits {
@@ -122,6 +136,7 @@ pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
         identity = %opts.identity,
         watch_namespace = opts.watch_namespace.as_deref().unwrap_or("(all)"),
         plugin_data_root = %opts.plugin_data_root.path().display(),
+        max_concurrent_calls,
         controllers = ?opts.controllers,
         "wasmop starting"
     );

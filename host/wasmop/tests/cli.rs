@@ -293,6 +293,29 @@ fn run_prints_the_decision_as_json() {
 
 /// Asserts that the command's output (stdout and stderr) contains `needle`.
 #[track_caller]
+/// `wasmop run --max-concurrent-calls` (env `WASMOP_MAX_CONCURRENT_CALLS`) takes 1 to 256 and
+/// says so before anything else.
+#[test]
+fn run_takes_the_call_concurrency_as_a_flag_or_env_within_its_range() {
+    for args in [
+        ["run", "--max-concurrent-calls", "0"],
+        ["run", "--max-concurrent-calls", "257"],
+    ] {
+        let o = wasmop(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert_says(&o, "invalid value");
+        assert_says(&o, "--max-concurrent-calls <N>");
+        assert_says(&o, "in 1..=256");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_wasmop"))
+        .arg("run")
+        .env("WASMOP_MAX_CONCURRENT_CALLS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_says(&o, "in 1..=256");
+}
+
 fn assert_says(o: &Output, needle: &str) {
     assert!(text(o).contains(needle), "{}", text(o));
 }
