@@ -4,7 +4,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Builds condition `type_` for a resource at `generation`, keeping the transition time of
-/// the previous condition of the same type in `previous` when its status is unchanged.
+/// the previous condition of the same type in `previous` when its status is unchanged. The
+/// message is cut to [`STATUS_TEXT_BYTES`](crate::text::STATUS_TEXT_BYTES) (it often quotes a
+/// plugin's error).
 pub fn condition(
     previous: &[Condition],
     type_: &str,
@@ -22,7 +24,7 @@ pub fn condition(
         type_: type_.into(),
         status: value.into(),
         reason: reason.into(),
-        message: message.into(),
+        message: crate::text::status_text(&message.into()),
         observed_generation: generation,
         last_transition_time,
     }
@@ -72,5 +74,12 @@ mod tests {
         set(&mut list, condition(&[], "Other", true, "X", "", Some(2)));
         assert_eq!(list.len(), 2);
         assert_eq!(find(&list, "Ready"), Some(&flipped));
+    }
+
+    #[test]
+    fn a_long_message_is_cut_to_a_kib() {
+        let c = condition(&[], "Ready", false, "Failed", "x".repeat(5000), None);
+        assert_eq!(c.message.len(), crate::text::STATUS_TEXT_BYTES);
+        assert!(c.message.ends_with(crate::text::CUT_MARK));
     }
 }

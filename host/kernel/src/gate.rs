@@ -485,7 +485,9 @@ impl Writer {
 
     /// As [`Writer::event`], naming a `related` object too (e.g. the policy that restarted a
     /// workload). Events fold into one series only when type, reason, action, note, object
-    /// and related object are all the same (see [`Writer::new`]).
+    /// and related object are all the same (see [`Writer::new`]). The note is cut to
+    /// [`EVENT_NOTE_BYTES`](crate::text::EVENT_NOTE_BYTES), past which the API server refuses
+    /// the Event.
     pub async fn event_related(
         &self,
         reference: &ObjectReference,
@@ -496,6 +498,7 @@ impl Writer {
         note: impl Into<String>,
     ) {
         let note = note.into();
+        let note = crate::text::cut(&note, crate::text::EVENT_NOTE_BYTES).into_owned();
         if !self.gate.is_active() {
             crate::metrics::write("event", "Event", WriteError::Passive.label());
             tracing::debug!(reason, %note, "passive: Event not recorded");
@@ -604,6 +607,70 @@ mod tests {
             writer.recorders.for_note(&format!("note {i}"));
         }
         assert_eq!(open(), MAX_OPEN_NOTES, "bounded");
+    }
+
+    /// The API server refuses an Event whose note is over 1024 bytes, and the Event is lost:
+    /// a long note (a trap quoting a plugin's stderr) is cut to fit, and the Event is sent.
+    #[tokio::test]
+    async fn a_long_event_note_is_cut_to_what_the_api_server_accepts() {
+        let sent = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let seen = sent.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let body = http_body_util::BodyExt::collect(request.into_body())
+                    .await
+                    .expect("a body")
+                    .to_bytes();
+                let event = serde_json::from_slice(&body).expect("an Event");
+                seen.lock().unwrap().push(event);
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(body))
+                        .expect("a response"),
+                )
+            }
+        });
+        let writer = Writer::new(
+            WriteGate::new(true),
+            kube::Client::new(service, "default"),
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: Some("wasmop-plugins".into()),
+            namespace: Some("wasmop-system".into()),
+            ..ObjectReference::default()
+        };
+        let note = format!("trapped: unreachable; stderr: {}", "y".repeat(3000));
+        writer
+            .event(
+                &reference,
+                EventType::Warning,
+                "PluginLoadFailed",
+                "Load",
+                note,
+            )
+            .await;
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1, "the Event is sent");
+        let note = sent[0]["note"].as_str().expect("a note");
+        assert!(
+            note.len() <= crate::text::EVENT_NOTE_BYTES,
+            "{} bytes",
+            note.len()
+        );
+        assert!(
+            note.starts_with("trapped: unreachable; stderr: yyy"),
+            "{note}"
+        );
+        assert!(note.ends_with(crate::text::CUT_MARK), "{note}");
     }
 
     #[test]

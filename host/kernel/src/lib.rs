@@ -14,6 +14,7 @@
 pub mod conditions;
 pub mod gate;
 pub mod metrics;
+pub mod text;
 
 use std::sync::Arc;
 
