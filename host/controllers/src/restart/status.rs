@@ -366,7 +366,8 @@ pub fn report(o: &Outcome) -> Report {
     conditions.insert(0, (READY, ready.0, ready.1, ready.2));
     Report {
         state,
-        description,
+        // Errors quote the plugin.
+        description: wasmop_kernel::text::status_text(&description),
         conditions,
         record_proxy: o.sidecars == Sidecars::Done && o.ignored.is_none(),
         record_gateway: matches!(
@@ -396,6 +397,18 @@ mod tests {
             .iter()
             .find(|c| c.0 == type_)
             .unwrap_or_else(|| panic!("no {type_} in {:?}", r.conditions))
+    }
+
+    #[test]
+    fn a_plugins_long_error_is_cut_in_the_description() {
+        let failure = format!(
+            "plugin \"p\" (restart): plugin error: {}",
+            "x".repeat(50_000)
+        );
+        let r = report(&outcome(Sidecars::Failed(failure)));
+        assert_eq!(r.state, State::Error);
+        assert_eq!(r.description.len(), wasmop_kernel::text::STATUS_TEXT_BYTES);
+        assert!(r.description.ends_with(wasmop_kernel::text::CUT_MARK));
     }
 
     #[test]

@@ -1527,6 +1527,18 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// Errors as the status lists them, each cut to
+/// [`STATUS_TEXT_BYTES`](wasmop_kernel::text::STATUS_TEXT_BYTES) (a router's error quotes the
+/// plugin).
+fn status_errors(list: &[String]) -> Vec<StatusError> {
+    list.iter()
+        .map(|e| StatusError {
+            error: wasmop_kernel::text::status_text(e),
+            last_occurrence: None,
+        })
+        .collect()
+}
+
 /// The status of a DynamicEnv once its calls are made.
 fn finish_dynamic_env(
     ir: &mut Ir,
@@ -1632,14 +1644,7 @@ fn finish_dynamic_env(
             degraded = true;
         }
         ir.set_status(&entry.ir_key, if ready { "ready" } else { "not ready" });
-        let errs = |list: &[String]| -> Vec<StatusError> {
-            list.iter()
-                .map(|e| StatusError {
-                    error: e.clone(),
-                    last_occurrence: None,
-                })
-                .collect()
-        };
+        let errs = status_errors;
         let deployment = ResourceStatus {
             name: entry.clone_name.clone(),
             namespace: entry.clone_ns.clone(),
@@ -1771,5 +1776,26 @@ pub fn removal_snapshot(snapshot: &Snapshot, de: &DynamicEnv) -> Snapshot {
     Snapshot {
         dynamic_envs: vec![Arc::new(gone)],
         ..snapshot.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_errors_are_cut_to_a_kib() {
+        let long = format!("router failed: plugin error: {}", "e".repeat(100_000));
+        let errors = status_errors(&[long, "short".into()]);
+        assert_eq!(
+            errors[0].error.len(),
+            wasmop_kernel::text::STATUS_TEXT_BYTES
+        );
+        assert!(
+            errors[0]
+                .error
+                .starts_with("router failed: plugin error: eee")
+        );
+        assert_eq!(errors[1].error, "short");
     }
 }

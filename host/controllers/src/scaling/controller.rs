@@ -502,17 +502,7 @@ impl Scaling {
         let decision = decide::decide(&self.inputs(es, now), &poll.votes, poll.policy);
         tracing::debug!(elasticservice = %key(es), ?decision, "trigger decision");
         if !poll.votes.is_empty() {
-            status.trigger_votes = poll
-                .votes
-                .iter()
-                .map(|v| TriggerVoteStatus {
-                    type_: v.trigger_type.clone(),
-                    vote: v.vote.as_str().into(),
-                    value: v.value,
-                    reason: v.reason.clone(),
-                    time: Time(poll.at),
-                })
-                .collect();
+            status.trigger_votes = poll.votes.iter().map(|v| vote_status(v, poll.at)).collect();
         }
         for (n, v) in poll.votes.iter().enumerate() {
             if v.vote == Vote::Failed {
@@ -894,9 +884,34 @@ pub(super) fn metrics() -> &'static Metrics {
     &M
 }
 
+/// A trigger's vote as the status shows it, its reason (the plugin's words) cut to
+/// [`STATUS_TEXT_BYTES`](wasmop_kernel::text::STATUS_TEXT_BYTES).
+fn vote_status(v: &TriggerOutcome, at: Timestamp) -> TriggerVoteStatus {
+    TriggerVoteStatus {
+        type_: v.trigger_type.clone(),
+        vote: v.vote.as_str().into(),
+        value: v.value,
+        reason: wasmop_kernel::text::status_text(&v.reason),
+        time: Time(at),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plugins_long_reason_is_cut_in_the_status() {
+        let vote = TriggerOutcome {
+            trigger_type: "prometheus".into(),
+            vote: Vote::Up,
+            value: Some(1.0),
+            reason: "ü".repeat(300_000),
+        };
+        let status = vote_status(&vote, Timestamp::UNIX_EPOCH);
+        assert!(status.reason.len() <= wasmop_kernel::text::STATUS_TEXT_BYTES);
+        assert!(status.reason.ends_with(wasmop_kernel::text::CUT_MARK));
+    }
 
     fn unreachable_context() -> Arc<Context> {
         crate::test_support::unreachable_context()
