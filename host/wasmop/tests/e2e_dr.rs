@@ -14,6 +14,10 @@
 //! Throughout, `/health/ready?checkifreadonly=true` answers 200 on the active, 502 on the
 //! passive, and never 200 on both.
 //!
+//! - Under a flood of routing calls (100 DynamicEnvs whose router loops to its deadline, one
+//!   shared call permit), a single instance keeps renewing the lease every period and never
+//!   demotes: each hook has a plugin-call permit of its own.
+//!
 //! The reconciled resources are ElasticServices (and, in the SIGKILL test, a DynamicEnv: the
 //! DR loop gates every controller alike).
 
@@ -23,6 +27,7 @@ use std::time::{Duration, Instant};
 use wasmop_tests::dr::create_table;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -37,7 +42,7 @@ use wasmop_tests::dr::{
 };
 use wasmop_tests::{
     Operator, bind_operator_namespace, create_in, eventually, install_crds, install_operator_rbac,
-    kubectl_ok, service_account_kubeconfig, wait_until, with_temp_ns,
+    kubectl_ok, sample, service_account_kubeconfig, wait_until, with_temp_ns,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmop");
@@ -551,6 +556,118 @@ async fn a_deleted_registry_never_makes_a_second_writer() {
         assert_eq!(readonly_check(&a.addr), Some(200));
         drop(b);
         kubectl_ok(&["delete", "namespace", &other, "--wait=false"]);
+    })
+    .await;
+}
+
+/// The registry of the flood test: the `dr-lease` state checker with x = `x` s, and `looper`,
+/// the default router: the hostile fixture (a `file://` source) looping to its 250 ms deadline
+/// on every call.
+async fn looping_router_registry(client: &Client, ns: &str, x: u64) {
+    let fixture = wasmop_tests::components_dir().join("wasmop_hostile_fixture.wasm");
+    let sha256 = wasmop_plugin_host::sha256_hex(&std::fs::read(&fixture).expect("the fixture"));
+    let doc = format!(
+        "plugins:\n\
+         \x20 - name: dr\n    hook: dr\n    source: builtin://dr-lease\n\
+         \x20   settings: {{waitTimeInSeconds: {x}, failureThreshold: {Y}, leaseName: dr-flood}}\n\
+         \x20 - name: looper\n    hook: routing\n    source: file://{}\n    sha256: {sha256}\n\
+         \x20   settings: {{behaviour: loop}}\n    limits: {{timeoutMs: 250}}\n\
+         defaults: {{dr: dr, routing: looper}}\n",
+        fixture.display()
+    );
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("wasmop-plugins".into());
+    cm.data = Some([("plugins.yaml".to_owned(), doc)].into());
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create the registry");
+}
+
+/// Each hook has a plugin-call permit of its own: with one shared permit
+/// (`--max-concurrent-calls 1`) and 100 DynamicEnvs whose router loops to its 250 ms deadline
+/// on each of 16 VirtualServices of `reviews` (the controller reconciles 4 DynamicEnvs at a
+/// time, each calling the router for its VirtualServices at once: about 64 calls queued at any
+/// moment, 8 s of work for the two permits routing may take), the active instance still renews
+/// the lease every period (x = 2 s, each renewal within x plus a margin of the one before) and
+/// never demotes (`checkifreadonly` answers 200 throughout, the lease never changes hands). With
+/// one semaphore for every hook, the DR tick waited behind the queue, the lease went unrenewed
+/// past y·x − x/2 and the instance demoted itself.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_flood_of_looping_routing_calls_never_holds_back_the_dr_lease() {
+    const FLOOD_X: u64 = 2;
+    with_temp_ns("dr-flood", |client: Client, ns: String| async move {
+        looping_router_registry(&client, &ns, FLOOD_X).await;
+        wasmop_tests::routing::bookinfo(&client, &ns, true).await;
+        for k in 1..16 {
+            let mut vs = wasmop_tests::routing::virtual_service("reviews");
+            vs["metadata"]["name"] = json!(format!("reviews-{k}"));
+            wasmop_tests::routing::create(&client, &ns, vs).await;
+        }
+        let mut op = Operator::start(BIN, &ns, &["--max-concurrent-calls", "1"]).await;
+        op.wait_active(TIMEOUT).await;
+        let identity = format!("wasmop-{ns}");
+        let watch = HealthWatch::start(&[("op", &op.addr)]);
+        for i in 0..100 {
+            wasmop_tests::routing::create(
+                &client,
+                &ns,
+                wasmop_tests::routing::dynamic_env(
+                    &format!("flood-{i}"),
+                    &ns,
+                    &format!("user-{i}"),
+                    "docker.io/istio/examples-bookinfo-reviews-v3:1.20.3",
+                    false,
+                ),
+            )
+            .await;
+        }
+        // The lease's renewTime as the instance writes it, until the router has timed out 150
+        // times (about 19 s of routing calls, with more queued all along).
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+        let timeouts =
+            r#"wasmop_plugin_calls_total{plugin="looper",hook="routing",outcome="timeout"}"#;
+        let mut renewals: Vec<Timestamp> = Vec::new();
+        eventually(
+            "150 looping routing calls",
+            Duration::from_secs(180),
+            async || {
+                let spec = leases.get("dr-flood").await.ok()?.spec?;
+                assert_eq!(spec.holder_identity.as_deref(), Some(identity.as_str()));
+                let renewed = spec.renew_time?.0;
+                if renewals.last() != Some(&renewed) {
+                    renewals.push(renewed);
+                }
+                let (_, metrics) = op.get("/metrics")?;
+                (sample(&metrics, timeouts) >= 150.0).then_some(())
+            },
+        )
+        .await;
+        let samples = watch.finish();
+        assert!(
+            samples.iter().all(|s| s.answers["op"] == Some(200)),
+            "the instance demoted itself during the flood"
+        );
+        assert!(renewals.len() >= 4, "renewals seen: {renewals:?}");
+        let period = Duration::from_secs(FLOOD_X) + MARGIN;
+        for pair in renewals.windows(2) {
+            let gap = pair[1].duration_since(pair[0]);
+            assert!(
+                gap.unsigned_abs() <= period,
+                "a renewal came {gap:#} after the one before, over {period:?}: {renewals:?}"
+            );
+        }
+        let transitions = kubectl_ok(&[
+            "get",
+            "lease",
+            "dr-flood",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.spec.leaseTransitions}",
+        ]);
+        assert!(matches!(transitions.as_str(), "" | "0"), "{transitions}");
     })
     .await;
 }
