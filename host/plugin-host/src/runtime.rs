@@ -222,8 +222,9 @@ const POOLING_MEMORIES_PER_MODULE: u32 = 4;
 /// default plugins write a few hundred KiB per call.
 pub(crate) const POOLING_KEEP_RESIDENT: usize = 4 << 20;
 
-/// Component instances that can be in flight at once: one per call permit ([`CallPermits`]),
-/// the shared ones, each hook's own and the loads'.
+/// Component instances that can be in flight at once for `max_concurrent_calls`
+/// ([`RuntimeOptions::max_concurrent_calls`]): one per call permit, the shared ones,
+/// [`OWN_PERMITS_PER_HOOK`] for each of the four hooks and the [`LOAD_CALLS`].
 pub fn instance_slots(max_concurrent_calls: usize) -> usize {
     max_concurrent_calls.max(1) + Hook::ALL.len() * OWN_PERMITS_PER_HOOK + LOAD_CALLS
 }

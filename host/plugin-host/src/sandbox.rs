@@ -19,7 +19,7 @@ use super::bindings::router::wasmop::plugin::log;
 use super::http_pool::HttpPool;
 use crate::spec::{Grants, Limits};
 
-/// Longest log line kept from a plugin, in bytes (after escaping, see [`one_line`]).
+/// Longest log line kept from a plugin, in bytes, after its control characters are escaped.
 pub const MAX_LOG_LINE: usize = 4 * 1024;
 /// Most log bytes kept from one call.
 pub const MAX_LOG_PER_CALL: usize = 64 * 1024;
