@@ -231,7 +231,8 @@ pub struct ElasticServiceStatus {
     /// resolver, which holds requests until the workload is ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
-    /// When the service was last scaled up or found active; the cooldown counts from here.
+    /// When the service was last scaled up (by the triggers or on demand); the cooldown counts
+    /// from the latest of this and the vote times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scaled_up_time: Option<Time>,
     /// When the controller last reconciled this resource.
@@ -240,7 +241,7 @@ pub struct ElasticServiceStatus {
     /// Name of the private Service that selects the workload's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_service: Option<String>,
-    /// The trigger votes of the last evaluation, in spec order.
+    /// Each trigger's vote, in spec order; an entry changes only when its vote does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trigger_votes: Vec<TriggerVoteStatus>,
     /// Conditions: `Ready` (the objects are in place for the mode; False with the reason
@@ -259,11 +260,11 @@ pub struct TriggerVoteStatus {
     pub type_: String,
     /// `up`, `down`, or `error`.
     pub vote: String,
-    /// The measured value, if any.
+    /// The measured value when the trigger took this vote, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     /// The plugin's explanation or the error.
     pub reason: String,
-    /// When it was evaluated.
+    /// When the trigger took this vote (the poll where its vote changed).
     pub time: Time,
 }

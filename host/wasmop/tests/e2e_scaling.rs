@@ -15,10 +15,11 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use wasmop_api::elasticservice::ElasticService;
 use wasmop_api::names::{private_service_name, resolver_slice_name};
+use wasmop_tests::dr::{audit_writes, operator_user};
 use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
 use wasmop_tests::{
-    Operator, create_in, deployment_replicas, eventually, kubectl_ok, repo_root, wait_until,
-    with_temp_ns,
+    Operator, create_in, deployment_replicas, eventually, kubectl_ok, repo_root, sample,
+    wait_until, with_temp_ns,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(40);
@@ -445,6 +446,70 @@ async fn deletion_restores_replicas_and_removes_everything() {
             assert!(services.get_opt(&private_service_name(name)).await.unwrap().is_none());
             assert!(services.get_opt(name).await.unwrap().is_some(), "the public Service stays");
         }
+    })
+    .await;
+}
+
+/// Once converged, an ElasticService whose votes hold gets no write (status, patch or Event),
+/// whatever its measured value does, and a ScaledObject someone paused by hand stays paused.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_converged_elastic_service_gets_no_writes_while_its_votes_hold() {
+    install_fixture_crds();
+    with_temp_ns("scaling-quiet", |client: Client, ns: String| async move {
+        let exporter = Exporter::start();
+        exporter.set_gauge("wasmop_test_load", 5.0);
+        let prom = Prometheus::start(&exporter).await;
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": prom.registry()}})).await;
+        deployment(&client, &ns, "web", 1).await;
+        service(&client, &ns, "web").await;
+        let keda = dynamic(&client, &ns, "keda.sh", "ScaledObject", "scaledobjects");
+        keda.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                "metadata": {"name": "web", "annotations": {"autoscaling.keda.sh/paused": "true"}},
+                "spec": {"scaleTargetRef": {"name": "web"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        let op = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
+        let mut spec = es_spec("web", "Deployment", "apps/v1", "web");
+        spec["cooldownPeriod"] = 5.into();
+        spec["autoscaler"] = json!({"type": "keda", "name": "web"});
+        spec["triggers"] = json!([{"type": "prometheus", "metadata": {
+            "query": "sum(wasmop_test_load)", "serverAddress": prom.url(), "threshold": "1",
+            "uptimeFilter": format!("job=\"{EXPORTER_JOB}\"")}}]);
+        let es_api = elastic_service(&client, &ns, "web", spec).await;
+        wait_until(&es_api, "web", TIMEOUT, "serving with an up vote", |es: Option<&ElasticService>| {
+            es.and_then(|es| es.status.as_ref())
+                .is_some_and(|s| s.mode.as_deref() == Some("serve") && s.trigger_votes.first().is_some_and(|v| v.vote == "up"))
+        })
+        .await;
+
+        // Steady state: the value changes, the vote holds, evaluations go on (five more calls
+        // of the scaler; the operator's only ElasticService).
+        let calls = r#"wasmop_plugin_calls_total{plugin="prometheus-test",hook="scaling",outcome="ok"}"#;
+        let metrics = || op.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        let since = k8s_openapi::jiff::Timestamp::now();
+        let before = sample(&metrics(), calls);
+        exporter.set_gauge("wasmop_test_load", 7.0);
+        eventually("five more evaluations", TIMEOUT, async || {
+            (sample(&metrics(), calls) >= before + 5.0).then_some(())
+        })
+        .await;
+        let writes: Vec<_> = audit_writes(&[&operator_user()])
+            .into_iter()
+            .filter(|w| w.at >= since && w.object.contains(&format!(" {ns}/")) && !w.object.starts_with("leases "))
+            .collect();
+        assert!(writes.is_empty(), "no write at steady state: {writes:?}");
+        let evaluated = format!(r#"wasmop_scaling_trigger_evaluated_timestamp_seconds{{namespace="{ns}",elasticservice="web"}}"#);
+        assert!(sample(&metrics(), &evaluated) >= since.as_second() as f64, "the poll time is a metric");
+        let es = es_api.get("web").await.unwrap();
+        let vote = &es.status.unwrap().trigger_votes[0];
+        assert_eq!((vote.vote.as_str(), vote.value), ("up", Some(5.0)), "the vote as it started: {vote:?}");
+        let paused = annotations(&keda, "web").await;
+        assert_eq!(paused.get("autoscaling.keda.sh/paused").map(String::as_str), Some("true"), "paused by hand, left paused");
     })
     .await;
 }

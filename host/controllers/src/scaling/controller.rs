@@ -140,13 +140,15 @@ impl Scaling {
         self.remember(es, |m| m.poll = Some(poll));
     }
 
-    /// The last activity: `status.lastScaledUpTime` or what this process recorded later.
+    /// The last activity: what this process recorded, else what the status shows:
+    /// `status.lastScaledUpTime`, or the time a trigger's vote last changed (votes are written
+    /// only when they change, so a vote that turned down at T says the service was active until
+    /// T; up votes while the workload is up are remembered here, not written).
     pub(crate) fn last_active(&self, es: &ElasticService) -> Option<Timestamp> {
-        let status = es
-            .status
-            .as_ref()
-            .and_then(|s| s.last_scaled_up_time.as_ref())
-            .map(|t| t.0);
+        let status = es.status.as_ref().and_then(|s| {
+            let votes = s.trigger_votes.iter().map(|v| v.time.0);
+            s.last_scaled_up_time.iter().map(|t| t.0).chain(votes).max()
+        });
         let memory = self.remember(es, |m| m.last_active);
         status.max(memory)
     }
@@ -187,18 +189,28 @@ impl Scaling {
             .await;
     }
 
-    /// Pauses (`pause`) or resumes the ElasticService's KEDA ScaledObject, if it names one.
+    /// Pauses (`pause`) or resumes the ElasticService's KEDA ScaledObject, if it names one and
+    /// its pause differs; a pause someone else set is left alone, with a Warning Event.
     async fn keda(&self, es: &ElasticService, pause: bool) -> Result<(), Error> {
         let ns = es.namespace().unwrap_or_default();
-        target::set_keda_paused(
+        let done = target::set_keda_paused(
             &self.ctx.kernel.client,
             &self.ctx.kernel.writer,
             &ns,
             es.spec.autoscaler.as_ref(),
             pause,
         )
-        .await
-        .map(drop)
+        .await?;
+        if done == target::Keda::PausedElsewhere {
+            let name = es.spec.autoscaler.as_ref().map_or("", |a| a.name.as_str());
+            let note = format!(
+                "KEDA ScaledObject {ns}/{name} was paused by someone else (no {} annotation): left paused",
+                target::PAUSED_BY_WASMOP
+            );
+            self.event(es, true, "AutoscalerPausedElsewhere", "SetAutoscaler", note)
+                .await;
+        }
+        Ok(())
     }
 
     /// Sets `target` from `from` to `to` replicas, counts it and records the Event of `cause`.
@@ -223,8 +235,8 @@ impl Scaling {
         Ok(to)
     }
 
-    /// Resumes KEDA and scales `target` to `minTargetReplicas` unless it has that many or more;
-    /// returns the new desired replicas.
+    /// Unless `target` has `minTargetReplicas` or more: resumes KEDA (if wasmop paused it) and
+    /// scales `target` to `minTargetReplicas`. Returns the new desired replicas.
     async fn scale_up(
         &self,
         es: &ElasticService,
@@ -233,11 +245,11 @@ impl Scaling {
         cause: Cause,
         why: &str,
     ) -> Result<i32, Error> {
-        self.keda(es, false).await?;
         let min = es.spec.min_target_replicas.max(1);
         if !target::needs_scale(replicas, min) {
             return Ok(replicas);
         }
+        self.keda(es, false).await?;
         self.scale(es, target, (replicas, min), cause, why).await
     }
 
@@ -270,7 +282,6 @@ impl Scaling {
                 .collect(),
             ..before.clone()
         };
-        status.last_scaled_up_time = self.last_active(&es).map(Time);
         let result = self.converge(&es, now, &mut status).await;
         let generation = es.meta().generation;
         let (ready, reason, message) = match &result {
@@ -501,20 +512,25 @@ impl Scaling {
     ) -> Result<i32, Error> {
         let decision = decide::decide(&self.inputs(es, now), &poll.votes, poll.policy);
         tracing::debug!(elasticservice = %key(es), ?decision, "trigger decision");
+        metrics()
+            .evaluated
+            .get_or_create(&EsLabels::of(es))
+            .set(poll.at.as_second());
         if !poll.votes.is_empty() {
-            status.trigger_votes = poll.votes.iter().map(|v| vote_status(v, poll.at)).collect();
-        }
-        for (n, v) in poll.votes.iter().enumerate() {
-            if v.vote == Vote::Failed {
-                self.event(
-                    es,
-                    true,
-                    "TriggerFailed",
-                    "EvaluateTriggers",
-                    format!("trigger {n} ({}): {}", v.trigger_type, v.reason),
-                )
-                .await;
+            let votes = vote_statuses(&status.trigger_votes, &poll.votes, poll.at);
+            for (n, (v, changed)) in poll.votes.iter().zip(&votes).enumerate() {
+                if v.vote == Vote::Failed && changed.1 {
+                    self.event(
+                        es,
+                        true,
+                        "TriggerFailed",
+                        "EvaluateTriggers",
+                        format!("trigger {n} ({}): {}", v.trigger_type, v.reason),
+                    )
+                    .await;
+                }
             }
+            status.trigger_votes = votes.into_iter().map(|(v, _)| v).collect();
         }
         let failed = poll.votes.iter().any(|v| v.vote == Vote::Failed);
         let message = match &decision {
@@ -533,11 +549,21 @@ impl Scaling {
         conditions::set(&mut status.conditions, condition);
         match decision {
             Decision::Up(why) => {
+                let words = cited(&poll.votes).map_or("", |v| v.reason.as_str());
+                let before = replicas;
                 replicas = self
-                    .scale_up(es, target, replicas, Cause::TriggersUp, &why)
+                    .scale_up(
+                        es,
+                        target,
+                        replicas,
+                        Cause::TriggersUp,
+                        &format!("{why}: {words}"),
+                    )
                     .await?;
                 self.remember(es, |m| m.last_active = Some(now));
-                status.last_scaled_up_time = Some(Time(now));
+                if replicas != before {
+                    status.last_scaled_up_time = Some(Time(now));
+                }
             }
             Decision::Down(why) => {
                 replicas = self.scale_down(es, target, replicas, &why).await?;
@@ -620,6 +646,7 @@ impl Scaling {
         }
         self.forget(&es);
         let _ = metrics().proxy.remove(&EsLabels::of(&es));
+        let _ = metrics().evaluated.remove(&EsLabels::of(&es));
         tracing::info!(elasticservice = %key(&es), "cleaned up");
         Ok(Action::await_change())
     }
@@ -850,18 +877,21 @@ pub(super) struct VoteLabels {
 pub(super) struct Metrics {
     scales: Family<ScaleLabels, Counter>,
     proxy: Family<EsLabels, Gauge>,
+    evaluated: Family<EsLabels, Gauge>,
     pub(super) votes: Family<VoteLabels, Counter>,
 }
 
 /// The scaling metrics (registered on first use):
 /// `wasmop_scaling_scales_total{direction=up|down, cause=demand|triggers|deletion}`,
 /// `wasmop_scaling_proxy_mode{namespace, elasticservice}` (1 in proxy mode, 0 in serve mode),
+/// `wasmop_scaling_trigger_evaluated_timestamp_seconds{namespace, elasticservice}`,
 /// `wasmop_scaling_trigger_votes_total{plugin, vote=up|down|error}`.
 pub(super) fn metrics() -> &'static Metrics {
     static M: LazyLock<Metrics> = LazyLock::new(|| {
         let m = Metrics {
             scales: Family::default(),
             proxy: Family::default(),
+            evaluated: Family::default(),
             votes: Family::default(),
         };
         wasmop_kernel::metrics::register(
@@ -875,6 +905,11 @@ pub(super) fn metrics() -> &'static Metrics {
             m.proxy.clone(),
         );
         wasmop_kernel::metrics::register(
+            "scaling_trigger_evaluated_timestamp_seconds",
+            "When an ElasticService's triggers were last evaluated (Unix seconds); the status records only changes of their votes",
+            m.evaluated.clone(),
+        );
+        wasmop_kernel::metrics::register(
             "scaling_trigger_votes",
             "Trigger votes by plugin and vote",
             m.votes.clone(),
@@ -882,6 +917,32 @@ pub(super) fn metrics() -> &'static Metrics {
         m
     });
     &M
+}
+
+/// The vote that makes an up decision (the first up vote, or failed one under failurePolicy
+/// Ignore, as [`decide::decide`] picks it).
+fn cited(votes: &[TriggerOutcome]) -> Option<&TriggerOutcome> {
+    votes
+        .iter()
+        .find(|v| matches!(v.vote, Vote::Up | Vote::Failed))
+}
+
+/// The `status.triggerVotes` for `votes` taken at `at`, each with whether it changed: a
+/// trigger whose vote is what `previous` shows keeps its entry as it was (value, reason and
+/// time of that vote's start), so a steady vote writes nothing, whatever its measured value.
+fn vote_statuses(
+    previous: &[TriggerVoteStatus],
+    votes: &[TriggerOutcome],
+    at: Timestamp,
+) -> Vec<(TriggerVoteStatus, bool)> {
+    votes
+        .iter()
+        .enumerate()
+        .map(|(n, v)| match previous.get(n) {
+            Some(p) if p.type_ == v.trigger_type && p.vote == v.vote.as_str() => (p.clone(), false),
+            _ => (vote_status(v, at), true),
+        })
+        .collect()
 }
 
 /// A trigger's vote as the status shows it, its reason (the plugin's words) cut to

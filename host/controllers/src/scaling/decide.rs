@@ -80,7 +80,9 @@ pub struct Inputs<'a> {
     pub triggers: usize,
 }
 
-/// The poller's verdict.
+/// The poller's verdict, with a reason that names triggers and votes but not the plugin's
+/// words (a measured value changes at every poll; the reason goes into the `Triggers` condition,
+/// which then changes only when the verdict does).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     /// Scale to `minTargetReplicas` (if below) and record activity now.
@@ -126,22 +128,20 @@ pub fn decide(i: &Inputs<'_>, votes: &[TriggerOutcome], policy: FailurePolicy) -
         match (&v.vote, policy) {
             (Vote::Failed, FailurePolicy::Fail) => {
                 return Decision::Hold(format!(
-                    "trigger {n} ({}) failed: {}; not scaling (failurePolicy Fail)",
-                    v.trigger_type, v.reason
+                    "trigger {n} ({}) failed; not scaling (failurePolicy Fail)",
+                    v.trigger_type
                 ));
             }
             (Vote::Failed, FailurePolicy::Ignore) => {
                 up.get_or_insert_with(|| {
                     format!(
-                        "trigger {n} ({}) failed and counts as up (failurePolicy Ignore): {}",
-                        v.trigger_type, v.reason
+                        "trigger {n} ({}) failed and counts as up (failurePolicy Ignore)",
+                        v.trigger_type
                     )
                 });
             }
             (Vote::Up, _) => {
-                up.get_or_insert_with(|| {
-                    format!("trigger {n} ({}) votes up: {}", v.trigger_type, v.reason)
-                });
+                up.get_or_insert_with(|| format!("trigger {n} ({}) votes up", v.trigger_type));
             }
             (Vote::Down, _) => {}
         }
@@ -273,7 +273,7 @@ mod tests {
         let i = inputs(LATER);
         assert_eq!(
             decide(&i, &[vote(Vote::Down), vote(Vote::Up)], FailurePolicy::Fail),
-            Decision::Up("trigger 1 (prometheus) votes up: because".into())
+            Decision::Up("trigger 1 (prometheus) votes up".into())
         );
     }
 
@@ -295,15 +295,13 @@ mod tests {
         assert_eq!(
             decide(&i, &votes, FailurePolicy::Fail),
             Decision::Hold(
-                "trigger 1 (prometheus) failed: connection refused; not scaling (failurePolicy Fail)"
-                    .into()
+                "trigger 1 (prometheus) failed; not scaling (failurePolicy Fail)".into()
             )
         );
         assert_eq!(
             decide(&i, &votes, FailurePolicy::Ignore),
             Decision::Up(
-                "trigger 1 (prometheus) failed and counts as up (failurePolicy Ignore): connection refused"
-                    .into()
+                "trigger 1 (prometheus) failed and counts as up (failurePolicy Ignore)".into()
             )
         );
         // A failure before an up vote under Fail still holds: no decision on partial data.

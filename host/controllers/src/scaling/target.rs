@@ -5,10 +5,12 @@
 //! where Argo Rollouts or KEDA are not installed; using them there is a clear error in the
 //! ElasticService's status instead of a failed watch.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::Patch;
 use kube::core::GroupVersionKind;
-use kube::{Api, Client, CustomResource};
+use kube::{Api, Client, CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -212,33 +214,67 @@ pub(crate) fn needs_scale(current: i32, desired: i32) -> bool {
     current != desired && !(desired > 0 && current > desired)
 }
 
+/// wasmop's mark on a KEDA ScaledObject it paused, so that it resumes only what it paused
+/// and leaves a pause set by someone else alone.
+pub(crate) const PAUSED_BY_WASMOP: &str = "wasmop.dev/paused-keda";
+
 /// The merge patch that pauses KEDA at zero replicas (`paused: "true"`,
-/// `paused-replicas: "0"`), as upstream before a scale-down.
+/// `paused-replicas: "0"`), as upstream before a scale-down, with wasmop's mark.
 pub(crate) fn keda_pause_patch() -> serde_json::Value {
-    json!({"metadata": {"annotations": {KEDA_PAUSED: "true", KEDA_PAUSED_REPLICAS: "0"}}})
+    json!({"metadata": {"annotations": {
+        KEDA_PAUSED: "true", KEDA_PAUSED_REPLICAS: "0", PAUSED_BY_WASMOP: "true"}}})
 }
 
-/// The merge patch that resumes KEDA (`paused: "false"`, `paused-replicas` removed), as
-/// upstream before a scale-up and on deletion.
+/// The merge patch that resumes KEDA (`paused: "false"`, `paused-replicas` and wasmop's mark
+/// removed), as upstream before a scale-up and on deletion.
 pub(crate) fn keda_resume_patch() -> serde_json::Value {
-    json!({"metadata": {"annotations": {KEDA_PAUSED: "false", KEDA_PAUSED_REPLICAS: null}}})
+    json!({"metadata": {"annotations": {
+        KEDA_PAUSED: "false", KEDA_PAUSED_REPLICAS: null, PAUSED_BY_WASMOP: null}}})
 }
 
-/// Pauses (`pause`) or resumes the KEDA ScaledObject named by `autoscaler` in `namespace`;
-/// nothing for an `hpa` autoscaler (an HPA ignores a workload at zero).
+/// What [`set_keda_paused`] found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keda {
+    /// No KEDA autoscaler named (none, or an HPA).
+    None,
+    /// The ScaledObject was already as wanted: nothing written.
+    Unchanged,
+    /// Paused or resumed.
+    Patched,
+    /// Paused by someone else (no wasmop mark): left paused.
+    PausedElsewhere,
+}
+
+/// What to do with a ScaledObject whose annotations are `annotations` when wasmop wants it
+/// paused (`pause`) or running: a patch only when its pause differs from what wasmop wants,
+/// and a resume only of a pause wasmop made.
+pub(crate) fn keda_action(annotations: &BTreeMap<String, String>, pause: bool) -> Keda {
+    let paused = annotations.get(KEDA_PAUSED).is_some_and(|v| v == "true");
+    let ours = annotations.contains_key(PAUSED_BY_WASMOP);
+    match (pause, paused, ours) {
+        (true, false, _) | (false, true, true) => Keda::Patched,
+        (true, true, false) | (false, true, false) => Keda::PausedElsewhere,
+        (true, true, true) | (false, false, _) => Keda::Unchanged,
+    }
+}
+
+/// Pauses (`pause`) or resumes the KEDA ScaledObject named by `autoscaler` in `namespace`,
+/// when its pause differs from that and (to resume) wasmop paused it ([`keda_action`]);
+/// nothing for an `hpa` autoscaler (an HPA ignores a workload at zero). Called only when the
+/// workload is scaled, so it reads the ScaledObject then and never at steady state.
 ///
 /// # Errors
 /// [`Error::Invalid`] when the KEDA API is not installed or the ScaledObject does not exist;
-/// [`Error::Write`] when the patch fails.
+/// [`Error::Read`] or [`Error::Write`] when reading or patching it fails.
 pub(crate) async fn set_keda_paused(
     client: &Client,
     writer: &Writer,
     namespace: &str,
     autoscaler: Option<&AutoscalerRef>,
     pause: bool,
-) -> Result<bool, Error> {
+) -> Result<Keda, Error> {
     let Some(a) = autoscaler.filter(|a| a.type_ == "keda") else {
-        return Ok(false);
+        return Ok(Keda::None);
     };
     let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
     if !served(client, &gvk).await? {
@@ -247,17 +283,29 @@ pub(crate) async fn set_keda_paused(
         ));
     }
     let api: Api<ScaledObject> = Api::namespaced(client.clone(), namespace);
+    let missing = || {
+        Error::Invalid(format!(
+            "autoscaler: KEDA ScaledObject {namespace}/{} does not exist",
+            a.name
+        ))
+    };
+    let current = api
+        .get_opt(&a.name)
+        .await
+        .map_err(|e| Error::Read(format!("KEDA ScaledObject {namespace}/{}", a.name), e))?
+        .ok_or_else(missing)?;
+    let action = keda_action(current.annotations(), pause);
+    if action != Keda::Patched {
+        return Ok(action);
+    }
     let patch = if pause {
         keda_pause_patch()
     } else {
         keda_resume_patch()
     };
     match writer.patch(&api, &a.name, &Patch::Merge(&patch)).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.is_not_found() => Err(Error::Invalid(format!(
-            "autoscaler: KEDA ScaledObject {namespace}/{} does not exist",
-            a.name
-        ))),
+        Ok(_) => Ok(Keda::Patched),
+        Err(e) if e.is_not_found() => Err(missing()),
         Err(e) => Err(e.into()),
     }
 }
@@ -350,10 +398,11 @@ mod tests {
             type_: "hpa".into(),
             name: "web".into(),
         };
-        assert!(
-            !set_keda_paused(&client, &writer, "shop", Some(&hpa), true)
+        assert_eq!(
+            set_keda_paused(&client, &writer, "shop", Some(&hpa), true)
                 .await
                 .unwrap(),
+            Keda::None,
             "nothing to do for an HPA"
         );
     }
@@ -364,13 +413,39 @@ mod tests {
             keda_pause_patch(),
             json!({"metadata": {"annotations": {
                 "autoscaling.keda.sh/paused": "true",
-                "autoscaling.keda.sh/paused-replicas": "0"}}})
+                "autoscaling.keda.sh/paused-replicas": "0",
+                "wasmop.dev/paused-keda": "true"}}})
         );
         assert_eq!(
             keda_resume_patch(),
             json!({"metadata": {"annotations": {
                 "autoscaling.keda.sh/paused": "false",
-                "autoscaling.keda.sh/paused-replicas": null}}})
+                "autoscaling.keda.sh/paused-replicas": null,
+                "wasmop.dev/paused-keda": null}}})
         );
+    }
+
+    /// KEDA is patched only when its pause differs from what wasmop wants, and resumed only
+    /// from a pause wasmop made.
+    #[test]
+    fn keda_is_patched_only_to_change_it_and_resumed_only_from_wasmops_pause() {
+        let a = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let running = a(&[]);
+        let resumed = a(&[(KEDA_PAUSED, "false")]);
+        let ours = a(&[(KEDA_PAUSED, "true"), (PAUSED_BY_WASMOP, "true")]);
+        let theirs = a(&[(KEDA_PAUSED, "true")]);
+        assert_eq!(keda_action(&running, true), Keda::Patched);
+        assert_eq!(keda_action(&resumed, true), Keda::Patched);
+        assert_eq!(keda_action(&ours, true), Keda::Unchanged);
+        assert_eq!(keda_action(&theirs, true), Keda::PausedElsewhere);
+        assert_eq!(keda_action(&running, false), Keda::Unchanged);
+        assert_eq!(keda_action(&resumed, false), Keda::Unchanged);
+        assert_eq!(keda_action(&ours, false), Keda::Patched);
+        assert_eq!(keda_action(&theirs, false), Keda::PausedElsewhere);
     }
 }
