@@ -232,7 +232,7 @@ pub struct ElasticServiceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// When the service was last scaled up (by the triggers or on demand); the cooldown counts
-    /// from the latest of this and the vote times.
+    /// from the latest of this and the times votes turned down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scaled_up_time: Option<Time>,
     /// When the controller last reconciled this resource.

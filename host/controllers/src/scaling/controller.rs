@@ -140,17 +140,30 @@ impl Scaling {
         self.remember(es, |m| m.poll = Some(poll));
     }
 
-    /// The last activity: what this process recorded, else what the status shows:
-    /// `status.lastScaledUpTime`, or the time a trigger's vote last changed (votes are written
-    /// only when they change, so a vote that turned down at T says the service was active until
-    /// T; up votes while the workload is up are remembered here, not written).
+    /// The last activity: `status.lastScaledUpTime` or what this process recorded later (an
+    /// up decision while the workload is up is remembered here, not written).
     pub(crate) fn last_active(&self, es: &ElasticService) -> Option<Timestamp> {
-        let status = es.status.as_ref().and_then(|s| {
-            let votes = s.trigger_votes.iter().map(|v| v.time.0);
-            s.last_scaled_up_time.iter().map(|t| t.0).chain(votes).max()
-        });
+        let status = es
+            .status
+            .as_ref()
+            .and_then(|s| s.last_scaled_up_time.as_ref())
+            .map(|t| t.0);
         let memory = self.remember(es, |m| m.last_active);
         status.max(memory)
+    }
+
+    /// Where the cooldown counts from: the last activity, or the time a trigger's vote last
+    /// turned down if later. Votes are written only when they change, so after a restart a
+    /// vote that turned down at T says the service was active until T.
+    fn cooldown_from(&self, es: &ElasticService) -> Option<Timestamp> {
+        let turned_down = es.status.as_ref().and_then(|s| {
+            s.trigger_votes
+                .iter()
+                .filter(|v| v.vote == Vote::Down.as_str())
+                .map(|v| v.time.0)
+                .max()
+        });
+        self.last_active(es).max(turned_down)
     }
 
     /// The decision inputs of `es` at `now`.
@@ -158,7 +171,7 @@ impl Scaling {
         Inputs {
             now,
             created: es.meta().creation_timestamp.as_ref().map_or(now, |t| t.0),
-            last_active: self.last_active(es),
+            last_active: self.cooldown_from(es),
             cooldown: decide::cooldown(es.spec.cooldown_period),
             enabled_period: es.spec.enabled_period.as_ref(),
             triggers: es.spec.triggers.len(),
