@@ -232,6 +232,21 @@ fn dynamic(client: &Client, ns: &str, group: &str, kind: &str, plural: &str) -> 
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
+/// Creates KEDA ScaledObject `web` (of Deployment `web`) with `annotations`; its API.
+async fn scaled_object(client: &Client, ns: &str, annotations: Value) -> Api<DynamicObject> {
+    let keda = dynamic(client, ns, "keda.sh", "ScaledObject", "scaledobjects");
+    let object = json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "web", "annotations": annotations},
+        "spec": {"scaleTargetRef": {"name": "web"}}});
+    keda.create(
+        &PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .expect("create the ScaledObject");
+    keda
+}
+
 async fn annotations(
     api: &Api<DynamicObject>,
     name: &str,
@@ -251,15 +266,7 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
         resolver_pods(&client, &ns, 2).await;
         deployment(&client, &ns, "web", 1).await;
         service(&client, &ns, "web").await;
-        let keda = dynamic(&client, &ns, "keda.sh", "ScaledObject", "scaledobjects");
-        keda.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-                "metadata": {"name": "web", "annotations": {"team": "shop"}}, "spec": {"scaleTargetRef": {"name": "web"}}}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+        let keda = scaled_object(&client, &ns, json!({"team": "shop"})).await;
         let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
 
         let mut spec = es_spec("web", "Deployment", "apps/v1", "web");
@@ -463,16 +470,7 @@ async fn a_converged_elastic_service_gets_no_writes_while_its_votes_hold() {
         create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": prom.registry()}})).await;
         deployment(&client, &ns, "web", 1).await;
         service(&client, &ns, "web").await;
-        let keda = dynamic(&client, &ns, "keda.sh", "ScaledObject", "scaledobjects");
-        keda.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-                "metadata": {"name": "web", "annotations": {"autoscaling.keda.sh/paused": "true"}},
-                "spec": {"scaleTargetRef": {"name": "web"}}}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+        let keda = scaled_object(&client, &ns, json!({"autoscaling.keda.sh/paused": "true"})).await;
         let op = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
         let mut spec = es_spec("web", "Deployment", "apps/v1", "web");
         spec["cooldownPeriod"] = 5.into();
