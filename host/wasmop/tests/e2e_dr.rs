@@ -535,6 +535,7 @@ async fn a_deleted_registry_never_makes_a_second_writer() {
                 s["backend"].as_str().unwrap().starts_with("DynamoDB"),
                 "{s}"
             );
+            assert_eq!(s["backendKind"], "dynamodb", "{s}");
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
 

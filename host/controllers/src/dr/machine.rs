@@ -102,8 +102,12 @@ pub struct StatusSnapshot {
     pub state: String,
     /// This instance's identity.
     pub identity: String,
-    /// Where the lease record is.
+    /// Where the lease record is, for people (e.g. `Lease ns/wasmop`,
+    /// `DynamoDB table admiral-lease, lease …`).
     pub backend: String,
+    /// The backend's kind, for programs: `k8s-lease`, `dynamodb` or `none` (the values of the
+    /// DR settings' `backend`).
+    pub backend_kind: String,
     /// The owner last read, if the record exists.
     pub holder: Option<String>,
     /// When the owner last wrote it (Unix ms), as last read.
@@ -256,6 +260,7 @@ impl Machine {
             s.state = if self.holding() { "active" } else { "passive" }.into();
             s.identity.clone_from(&self.identity);
             s.backend = self.backend.describe();
+            s.backend_kind = self.backend.kind().into();
             s.wait_time_seconds = self.config.wait_time_seconds;
             s.failure_threshold = self.config.failure_threshold;
             s.hold_ms = u64::try_from(self.config.hold().as_millis()).unwrap_or(u64::MAX);

@@ -1018,6 +1018,7 @@ mod run_loop {
             "{}",
             status.snapshot().backend
         );
+        assert_eq!(status.snapshot().backend_kind, "dynamodb");
         assert!(!ctx.kernel.gate().is_active());
 
         // A valid registry changes it.
@@ -1055,6 +1056,7 @@ mod run_loop {
             "no Lease of its own: {}",
             status.snapshot().backend
         );
+        assert_ne!(status.snapshot().backend_kind, "k8s-lease");
 
         // With `auto` the builtin default applies, as on a fresh install.
         task.abort();
