@@ -435,9 +435,14 @@ impl Chunk {
     }
 
     /// Records the state of a target that needs no restart slot (excluded, already restarted,
-    /// warned, failed).
+    /// warned). A target admitted with `Go` that settles so was not written (a conflict re-read
+    /// it as already restarted, say): its slot goes back, since only a written restart spends
+    /// one.
     pub fn settle(&mut self, key: &str, state: TargetState) {
-        self.targets.insert(key.to_owned(), state);
+        let before = self.targets.insert(key.to_owned(), state);
+        if before == Some(TargetState::Restarted) && state != TargetState::Restarted {
+            self.restarts -= 1;
+        }
     }
 
     /// A restart slot for the new target `key`: `Go` while the window is open and the limit is
@@ -828,6 +833,25 @@ mod tests {
         assert_eq!(c.count(TargetState::Failed), 1);
         // The failed one keeps its slot: still full.
         assert_eq!(c.admit("Deployment/ns/f"), Admission::Pending);
+    }
+
+    /// A slot is spent only by a restart that was written: an admitted target that turns out
+    /// already restarted, excluded or ownerless gives its slot back.
+    #[test]
+    fn an_admitted_target_that_was_not_written_gives_its_slot_back() {
+        let mut c = Chunk::new(1, true);
+        assert_eq!(c.admit("Deployment/ns/a"), Admission::Go);
+        c.settle("Deployment/ns/a", TargetState::AlreadyRestarted);
+        assert_eq!(c.admit("Deployment/ns/b"), Admission::Go);
+        c.settle("Deployment/ns/b", TargetState::Excluded);
+        assert_eq!(c.admit("Deployment/ns/c"), Admission::Go);
+        assert_eq!(
+            c.admit("Deployment/ns/d"),
+            Admission::Pending,
+            "c spent the only slot"
+        );
+        assert_eq!(c.count(TargetState::Restarted), 1);
+        assert_eq!(c.count(TargetState::AlreadyRestarted), 1);
     }
 
     #[test]
