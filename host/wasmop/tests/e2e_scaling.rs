@@ -511,3 +511,40 @@ async fn a_converged_elastic_service_gets_no_writes_while_its_votes_hold() {
     })
     .await;
 }
+
+/// A Service with UDP and SCTP ports: only its TCP ports go to the resolver at zero, and the
+/// ElasticService says which ports it cannot hold.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn udp_and_sctp_ports_are_reported_and_not_sent_to_the_resolver() {
+    with_temp_ns("scaling-udp", |client: Client, ns: String| async move {
+        resolver_pods(&client, &ns, 1).await;
+        create_in::<StatefulSet>(
+            &client,
+            &ns,
+            json!({"metadata": {"name": "dns"},
+                   "spec": {"replicas": 0, "serviceName": "dns", "selector": {"matchLabels": {"app": "dns"}},
+                            "template": pod_template("dns")}}),
+        )
+        .await;
+        create_in::<Service>(
+            &client,
+            &ns,
+            json!({"metadata": {"name": "dns"},
+                   "spec": {"selector": {"app": "dns"},
+                            "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                                      {"name": "dns", "port": 53, "protocol": "UDP"},
+                                      {"name": "sig", "port": 9, "protocol": "SCTP"}]}}),
+        )
+        .await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
+        let es_api = elastic_service(&client, &ns, "dns", es_spec("dns", "StatefulSet", "apps/v1", "dns")).await;
+        let es = wait_until(&es_api, "dns", TIMEOUT, "mode proxy", is_mode("proxy")).await;
+        let ports = es.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ports").expect("a Ports condition");
+        assert_eq!((ports.status.as_str(), ports.reason.as_str()), ("False", "NotTCP"));
+        assert!(ports.message.contains("dns (UDP), sig (SCTP)"), "{}", ports.message);
+        let (_, slice_ports) = eventually("the resolver slice", TIMEOUT, async || resolver_slice(&client, &ns, "dns").await).await;
+        assert_eq!(slice_ports, vec![("dns-tcp".to_owned(), 8012)], "only the TCP port goes to the resolver");
+    })
+    .await;
+}

@@ -69,6 +69,14 @@ const RESYNC: Duration = Duration::from_secs(300);
 pub(crate) const READY: &str = "Ready";
 /// Condition: the last trigger evaluation succeeded; its message is the poller's decision.
 pub(crate) const TRIGGERS: &str = "Triggers";
+/// Condition: every port of the Service is TCP, so the resolver can hold all of its traffic
+/// (False, reason `NotTCP`, naming the UDP and SCTP ports it cannot).
+pub(crate) const PORTS: &str = "Ports";
+
+/// The conditions this controller writes (the rest, e.g. `PluginReady`, belong to others).
+fn ours(type_: &str) -> bool {
+    type_ == READY || type_ == TRIGGERS || type_ == PORTS
+}
 
 /// The votes of one poller round for one ElasticService.
 #[derive(Clone, Debug)]
@@ -290,7 +298,7 @@ impl Scaling {
             conditions: before
                 .conditions
                 .iter()
-                .filter(|c| c.type_ == READY || c.type_ == TRIGGERS)
+                .filter(|c| ours(&c.type_))
                 .cloned()
                 .collect(),
             ..before.clone()
@@ -391,6 +399,30 @@ impl Scaling {
                     es.spec.service
                 ))
             })?;
+        let not_tcp = plan::non_tcp_ports(&public);
+        let ports = if not_tcp.is_empty() {
+            conditions::condition(
+                &status.conditions,
+                PORTS,
+                true,
+                "AllTCP",
+                "every port is TCP: the resolver holds all of the Service's traffic at zero",
+                es.meta().generation,
+            )
+        } else {
+            conditions::condition(
+                &status.conditions,
+                PORTS,
+                false,
+                "NotTCP",
+                format!(
+                    "the resolver holds TCP only: while the workload is at zero, ports {} get no endpoint and their traffic is dropped",
+                    not_tcp.join(", ")
+                ),
+                es.meta().generation,
+            )
+        };
+        conditions::set(&mut status.conditions, ports);
         let private = plan::private_service(es, &public).map_err(Error::Invalid)?;
         let private_name = private_service_name(&es.spec.service);
         let existing = services
@@ -597,8 +629,7 @@ impl Scaling {
         let ours = |s: &ElasticServiceStatus| {
             let mut s = s.clone();
             s.last_reconciled_time = None;
-            s.conditions
-                .retain(|c| c.type_ == READY || c.type_ == TRIGGERS);
+            s.conditions.retain(|c| ours(&c.type_));
             s
         };
         if ours(&status) == ours(before) {

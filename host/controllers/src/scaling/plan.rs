@@ -196,8 +196,31 @@ pub(crate) fn ready_resolver_pods(pods: &[Pod]) -> Vec<(String, &Pod)> {
     out
 }
 
+/// Whether a Service port carries TCP (`protocol` unset means TCP).
+fn is_tcp(p: &ServicePort) -> bool {
+    p.protocol.as_deref().unwrap_or("TCP") == "TCP"
+}
+
+/// The ports of `public` the resolver cannot hold, as `name (PROTOCOL)`: those whose protocol
+/// is UDP or SCTP. They get no endpoint while the workload is at zero.
+pub fn non_tcp_ports(public: &Service) -> Vec<String> {
+    public
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|p| !is_tcp(p))
+        .map(|p| {
+            let name = p.name.clone().unwrap_or_else(|| p.port.to_string());
+            format!("{name} ({})", p.protocol.as_deref().unwrap_or_default())
+        })
+        .collect()
+}
+
 /// The EndpointSlice that sends `public`'s traffic to the resolver: one endpoint per ready
-/// resolver pod (`ready: true`), one port per Service port, all on `resolver_port`.
+/// resolver pod (`ready: true`), one port per TCP Service port, all on `resolver_port` (the
+/// resolver holds TCP only: UDP and SCTP ports are left out, see [`non_tcp_ports`]).
 pub fn resolver_slice(
     es: &ElasticService,
     public: &Service,
@@ -236,6 +259,7 @@ pub fn resolver_slice(
         .and_then(|s| s.ports.as_ref())
         .into_iter()
         .flatten()
+        .filter(|p| is_tcp(p))
         .map(|p| EndpointPort {
             name: Some(p.name.clone().unwrap_or_default()),
             port: Some(resolver_port),
@@ -342,6 +366,29 @@ mod tests {
             private_service(&es(), &p).unwrap_err(),
             "Service web has no selector: wasmop finds the workload's pods through it"
         );
+    }
+
+    #[test]
+    fn udp_and_sctp_ports_are_not_redirected_to_the_resolver() {
+        let public: Service = serde_json::from_value(json!({
+            "metadata": {"name": "dns", "namespace": "a"},
+            "spec": {"selector": {"app": "dns"},
+                     "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                               {"name": "dns", "port": 53, "protocol": "UDP"},
+                               {"name": "sig", "port": 9, "protocol": "SCTP"},
+                               {"name": "http", "port": 80}]}
+        }))
+        .unwrap();
+        let es = es();
+        let slice = resolver_slice(&es, &public, &[], 8012);
+        let names: Vec<_> = slice
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| p.name.unwrap())
+            .collect();
+        assert_eq!(names, ["dns-tcp", "http"]);
+        assert_eq!(non_tcp_ports(&public), ["dns (UDP)", "sig (SCTP)"]);
     }
 
     #[test]
