@@ -839,3 +839,50 @@ async fn a_restart_everything_predicate_restarts_only_what_the_host_selects() {
     })
     .await;
 }
+
+/// A policy that has converged gets no write when it is reconciled again: no status, no patch,
+/// no Event (the API server's audit log says so).
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_converged_policy_gets_no_writes_when_reconciled_again() {
+    with_temp_ns("restart-quiet", |client: Client, ns: String| async move {
+        let (op, _policies) = operator(&ns, &[]).await;
+        sidecar_deployment(&client, &ns, "web", 2, OLD_PROXY, json!({}), json!({})).await;
+        wait_rolled_out(&client, &ns, "web", TIMEOUT).await;
+        let name = format!("{ns}-mesh");
+        let api = create_policy(&client, &ns, &name, json!({"proxy": {"image": NEW_PROXY}})).await;
+        wait_policy(&api, &name, "Ready after the restart", |p| {
+            state(p) == Some("Ready") && summary(p).0 == 1
+        })
+        .await;
+        wait_rolled_out(&client, &ns, "web", TIMEOUT).await;
+        // The first pass after the restart records its new summary (nothing restarted).
+        reconcile_again(&op, &api, &name).await;
+        wait_policy(
+            &api,
+            &name,
+            "the summary of a pass that restarts nothing",
+            |p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.summary.as_ref())
+                    .is_some_and(|s| s.workloads_restarted == 0)
+            },
+        )
+        .await;
+
+        let since = k8s_openapi::jiff::Timestamp::now();
+        for _ in 0..3 {
+            reconcile_again(&op, &api, &name).await;
+        }
+        let writes: Vec<_> = wasmop_tests::dr::audit_writes(&[&wasmop_tests::dr::operator_user()])
+            .into_iter()
+            .filter(|w| w.at >= since && !w.object.starts_with("leases "))
+            .filter(|w| {
+                w.object.contains(&format!(" {ns}/")) || w.object.contains(&format!("/{name}"))
+            })
+            .collect();
+        assert!(writes.is_empty(), "no write at steady state: {writes:?}");
+    })
+    .await;
+}
