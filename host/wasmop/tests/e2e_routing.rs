@@ -477,3 +477,77 @@ async fn an_entry_allowed_only_elsewhere_is_not_called_for_a_resource_here() {
     })
     .await;
 }
+
+/// A DynamicEnv that has converged gets no write when it is reconciled again (a registry
+/// reload reconciles every resource): no status, no patch of its clone, DestinationRule or
+/// VirtualService, no PluginReady, no Event (the API server's audit log says so).
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_converged_dynamic_env_gets_no_writes_when_reconciled_again() {
+    with_temp_ns("routing-quiet", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        let registry = |n: u32| -> ConfigMap {
+            serde_json::from_value(json!({"metadata": {"name": "wasmop-plugins"},
+                "data": {"plugins.yaml": format!("# nudge {n}\nplugins: []\n")}}))
+            .unwrap()
+        };
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        configmaps
+            .create(&PostParams::default(), &registry(0))
+            .await
+            .unwrap();
+        let op = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        create(
+            &client,
+            &ns,
+            dynamic_env("jason", &ns, "jason", REVIEWS_V3, false),
+        )
+        .await;
+        wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        let reconciled = r#"wasmop_reconcile_total{controller="routing",outcome="ok"}"#;
+        let count = || {
+            wasmop_tests::sample(
+                &op.get("/metrics").map(|(_, b)| b).unwrap_or_default(),
+                reconciled,
+            )
+        };
+        let nudge = async |n: u32| {
+            let before = count();
+            configmaps
+                .replace("wasmop-plugins", &PostParams::default(), &{
+                    let mut cm = registry(n);
+                    cm.metadata.resource_version = configmaps
+                        .get("wasmop-plugins")
+                        .await
+                        .unwrap()
+                        .metadata
+                        .resource_version;
+                    cm
+                })
+                .await
+                .unwrap();
+            eventually(
+                "a reconcile after the registry reload",
+                TIMEOUT,
+                async || (count() > before).then_some(()),
+            )
+            .await;
+        };
+        nudge(1).await;
+
+        let since = k8s_openapi::jiff::Timestamp::now();
+        for n in 2..5 {
+            nudge(n).await;
+        }
+        let writes: Vec<_> = wasmop_tests::dr::audit_writes(&[&wasmop_tests::dr::operator_user()])
+            .into_iter()
+            .filter(|w| {
+                w.at >= since
+                    && w.object.contains(&format!(" {ns}/"))
+                    && !w.object.starts_with("leases ")
+            })
+            .collect();
+        assert!(writes.is_empty(), "no write at steady state: {writes:?}");
+    })
+    .await;
+}
