@@ -886,3 +886,37 @@ async fn a_converged_policy_gets_no_writes_when_reconciled_again() {
     })
     .await;
 }
+
+/// An overlap shows on both policies as soon as either sees it, even when the other's pass
+/// fails before it judges the shared pods (its plugin fails, `failurePolicy: Fail`).
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn an_overlap_shows_on_a_policy_whose_pass_fails_early() {
+    with_temp_ns("restart-overlap-fail", |client: Client, ns: String| async move {
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": failing_registry()}})).await;
+        let (_op, _policies) = operator(&ns, &["--restart-error-interval", "2s"]).await;
+        // 12 pods: the page's answer is more than tiny-fail's 1 KiB of output.
+        sidecar_deployment(&client, &ns, "web", 12, OLD_PROXY, json!({}), json!({})).await;
+        wait_rolled_out(&client, &ns, "web", TIMEOUT).await;
+
+        let (failing, working) = (format!("{ns}-a"), format!("{ns}-b"));
+        let api = create_policy(&client, &ns, &failing, json!({"proxy": {"image": NEW_PROXY}, "plugin": "tiny-fail"})).await;
+        wait_state(&api, &failing, "Error").await;
+        create_policy(&client, &ns, &working, json!({"proxy": {"image": NEW_PROXY}})).await;
+        let want = failing.clone();
+        wait_policy(&api, &working, "the newer policy sees the overlap", move |p| {
+            p.status.as_ref().is_some_and(|s| s.overlapping_policies == [want.clone()])
+        })
+        .await;
+        let want = working.clone();
+        let p = wait_policy(&api, &failing, "the failing policy shows it too", move |p| {
+            p.status.as_ref().is_some_and(|s| s.overlapping_policies == [want.clone()])
+                && condition(p, "OverlappingPolicies").is_some_and(|c| c.status == "True")
+        })
+        .await;
+        assert_eq!(state(&p), Some("Error"), "its pass still fails");
+        let c = condition(&p, "OverlappingPolicies").unwrap();
+        assert!(c.message.contains(&working), "{}", c.message);
+    })
+    .await;
+}

@@ -97,6 +97,23 @@ impl Restarter {
         }
     }
 
+    /// `known` (the overlaps `name` last recorded) and the policies whose status lists `name`
+    /// among theirs, sorted: an overlap shows on both sides as soon as either sees it.
+    fn reported_overlaps(&self, name: &str, known: &[String]) -> Vec<String> {
+        let mut names = known.to_vec();
+        for p in self.store.state() {
+            let lists_me = p
+                .status
+                .as_ref()
+                .is_some_and(|s| s.overlapping_policies.iter().any(|n| n == name));
+            if lists_me && !names.contains(&p.name_any()) {
+                names.push(p.name_any());
+            }
+        }
+        names.sort();
+        names
+    }
+
     fn remember<T>(&self, name: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
         let mut m = self.memory.lock().unwrap_or_else(|e| e.into_inner());
         f(m.entry(name.to_owned()).or_default())
@@ -320,7 +337,9 @@ impl Restarter {
         }
         let overlapping = match &pass.overlap {
             Some(o) => o.names(),
-            None => previous.overlapping_policies.clone(),
+            // The pass failed before it judged the pods: what was known, and the policies
+            // that report an overlap with this one.
+            None => self.reported_overlaps(&name, &previous.overlapping_policies),
         };
         let generation = policy.metadata.generation;
         let mut conditions_next: Vec<Condition> = previous
@@ -332,6 +351,23 @@ impl Restarter {
             })
             .cloned()
             .collect();
+        if outcome.overlap.is_none() && overlapping != previous.overlapping_policies {
+            let message = format!(
+                "pods are also selected by other ProxyRestartPolicies: {} (as they report; this policy's last pass did not get to its pods)",
+                overlapping.join(", ")
+            );
+            conditions::set(
+                &mut conditions_next,
+                conditions::condition(
+                    &previous.conditions,
+                    status::OVERLAP,
+                    true,
+                    status::reason::OVERLAP,
+                    message,
+                    generation,
+                ),
+            );
+        }
         for (type_, ok, reason, message) in &report.conditions {
             conditions::set(
                 &mut conditions_next,
