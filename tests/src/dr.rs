@@ -221,7 +221,7 @@ pub fn assert_one_active_at_a_time(samples: &[Sample]) {
     }
 }
 
-/// One write request in the API server's audit log.
+/// One request (a write, or a read with [`audit_reads`]) in the API server's audit log.
 #[derive(Clone, Debug)]
 pub struct AuditWrite {
     /// The user it acts as (e.g. `system:serviceaccount:ns:sa`; the impersonated one if any).
@@ -257,13 +257,27 @@ const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecol
 /// # Panics
 /// When the audit log cannot be read.
 pub fn audit_writes(users: &[&str]) -> Vec<AuditWrite> {
+    audit_requests(users, WRITE_VERBS)
+}
+
+/// The `get` and `list` requests of `users` in the audit log (watches not included), in the
+/// order received, as [`audit_writes`] gives writes.
+///
+/// # Panics
+/// When the audit log cannot be read.
+pub fn audit_reads(users: &[&str]) -> Vec<AuditWrite> {
+    audit_requests(users, &["get", "list"])
+}
+
+/// The requests of `users` with one of `verbs` in the audit log, in the order received.
+fn audit_requests(users: &[&str], verbs: &[&str]) -> Vec<AuditWrite> {
     let text = std::fs::read_to_string(audit_log()).expect("read the audit log");
     let mut out: Vec<AuditWrite> = text
         .lines()
         .filter(|l| users.iter().any(|u| l.contains(u)))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["stage"] == "ResponseComplete")
-        .filter(|v| WRITE_VERBS.contains(&v["verb"].as_str().unwrap_or_default()))
+        .filter(|v| verbs.contains(&v["verb"].as_str().unwrap_or_default()))
         .filter_map(|v| {
             // Whom a request acts as: the impersonated user (`kubectl --as`), else its sender.
             let user = v["impersonatedUser"]["username"]

@@ -5,12 +5,14 @@
 //! - [`gate`]: the DR write gate and the writer every write goes through;
 //! - [`conditions`]: status conditions as the API conventions want them;
 //! - [`metrics`]: the process's Prometheus registry, with the write and reconcile metrics;
+//! - [`cache::cache`]: watch caches the controllers read instead of the API server;
 //! - [`FIELD_MANAGER`], [`shutdown_signal`] and [`unless_deleted_meanwhile`].
 //!
 //! The controllers (`wasmop-controllers`) and the resolver (`wasmop-resolver`) build on it; the
 //! plugin host does not (docs/architecture.md).
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod conditions;
 pub mod gate;
 pub mod metrics;

@@ -47,8 +47,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
+use wasmop_kernel::cache::cache;
 
 use super::clone;
 use super::error::Error;
@@ -975,31 +975,6 @@ fn error_policy(de: Arc<DynamicEnv>, e: &Error, _r: Arc<Routing>) -> Action {
     Action::requeue(Duration::from_secs(10))
 }
 
-/// A reflector over `api` (watched scope): its store and the stream of touched objects to
-/// hand to the controller, which drives it.
-fn cache<K>(
-    api: Api<K>,
-) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    (store, stream)
-}
-
 /// Runs the controller until it ends.
 ///
 /// # Errors
@@ -1020,10 +995,11 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
             predicates::generation::<DynamicEnv>.combine(predicates::finalizers::<DynamicEnv>),
             Default::default(),
         );
-    let (deployments, dep_stream) = cache(ctx.kernel.watched_api::<Deployment>());
-    let (services, svc_stream) = cache(ctx.kernel.watched_api::<Service>());
-    let (destination_rules, dr_stream) = cache(ctx.kernel.watched_api::<DestinationRule>());
-    let (virtual_services, vs_stream) = cache(ctx.kernel.watched_api::<VirtualService>());
+    let any = || watcher::Config::default().any_semantic();
+    let (deployments, dep_stream) = cache(ctx.kernel.watched_api::<Deployment>(), any());
+    let (services, svc_stream) = cache(ctx.kernel.watched_api::<Service>(), any());
+    let (destination_rules, dr_stream) = cache(ctx.kernel.watched_api::<DestinationRule>(), any());
+    let (virtual_services, vs_stream) = cache(ctx.kernel.watched_api::<VirtualService>(), any());
     let routing = Arc::new(Routing::new(
         ctx.clone(),
         cfg,

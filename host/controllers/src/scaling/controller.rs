@@ -25,11 +25,11 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -40,6 +40,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use wasmop_kernel::cache::cache;
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
 use super::error::Error;
@@ -102,6 +103,46 @@ struct Memory {
     poll: Option<Poll>,
 }
 
+/// Watch caches of what a reconcile reads besides the ElasticService: it asks the API server
+/// only for the target's `/scale` and, when the workload is scaled, the KEDA ScaledObject.
+pub struct Caches {
+    /// Services of the watched namespaces.
+    pub services: Store<Service>,
+    /// EndpointSlices of the watched namespaces that carry `kubernetes.io/service-name`.
+    pub slices: Store<EndpointSlice>,
+    /// The resolver pods (`--resolver-selector` in the resolver namespace).
+    pub resolver_pods: Store<Pod>,
+}
+
+/// How long a reconcile waits for the first list of every cache before it is requeued.
+const CACHE_WAIT: Duration = Duration::from_secs(30);
+
+impl Caches {
+    /// Waits for the first list of every cache.
+    async fn ready(&self) -> Result<(), String> {
+        let all = async {
+            let _ = self.services.wait_until_ready().await;
+            let _ = self.slices.wait_until_ready().await;
+            let _ = self.resolver_pods.wait_until_ready().await;
+        };
+        tokio::time::timeout(CACHE_WAIT, all).await.map_err(|_| {
+            format!(
+                "the caches of Services, EndpointSlices and resolver pods are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC?)"
+            )
+        })
+    }
+
+    /// Object `name` of namespace `ns` in `store`, if cached.
+    fn get<K>(store: &Store<K>, ns: &str, name: &str) -> Option<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone,
+    {
+        store
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|k| k.as_ref().clone())
+    }
+}
+
 /// The scaling controller's state, shared by the reconciler and the poller.
 pub struct Scaling {
     /// The operator context.
@@ -109,7 +150,15 @@ pub struct Scaling {
     /// The scaling options.
     pub opts: Options,
     resolver_namespace: String,
+    caches: Caches,
     memory: Mutex<HashMap<String, Memory>>,
+}
+
+/// `--resolver-namespace`, else the operator namespace.
+pub(crate) fn resolver_namespace(ctx: &Context, opts: &Options) -> String {
+    opts.resolver_namespace
+        .clone()
+        .unwrap_or_else(|| ctx.kernel.namespace().to_owned())
 }
 
 fn key(es: &ElasticService) -> String {
@@ -118,15 +167,13 @@ fn key(es: &ElasticService) -> String {
 
 impl Scaling {
     /// The state for `ctx`, with `opts`.
-    pub fn new(ctx: Arc<Context>, opts: Options) -> Self {
-        let resolver_namespace = opts
-            .resolver_namespace
-            .clone()
-            .unwrap_or_else(|| ctx.kernel.namespace().to_owned());
+    pub fn new(ctx: Arc<Context>, opts: Options, caches: Caches) -> Self {
+        let resolver_namespace = resolver_namespace(&ctx, &opts);
         Self {
             ctx,
             opts,
             resolver_namespace,
+            caches,
             memory: Mutex::default(),
         }
     }
@@ -389,11 +436,8 @@ impl Scaling {
 
         // The private Service, mirrored from the public one.
         let services: Api<Service> = Api::namespaced(client.clone(), &ns);
-        let public = services
-            .get_opt(&es.spec.service)
-            .await
-            .map_err(|e| Error::Read(format!("Service {ns}/{}", es.spec.service), e))?
-            .ok_or_else(|| {
+        let public =
+            Caches::get(&self.caches.services, &ns, &es.spec.service).ok_or_else(|| {
                 Error::Invalid(format!(
                     "service: Service {ns}/{} does not exist",
                     es.spec.service
@@ -425,10 +469,7 @@ impl Scaling {
         conditions::set(&mut status.conditions, ports);
         let private = plan::private_service(es, &public).map_err(Error::Invalid)?;
         let private_name = private_service_name(&es.spec.service);
-        let existing = services
-            .get_opt(&private_name)
-            .await
-            .map_err(|e| Error::Read(format!("Service {ns}/{private_name}"), e))?;
+        let existing = Caches::get(&self.caches.services, &ns, &private_name);
         if let Some(existing) = &existing
             && !owned_by(existing.owner_references(), es)
         {
@@ -448,38 +489,28 @@ impl Scaling {
 
         // The mode.
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-        let public_slices = slices
-            .list(
-                &ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={}", es.spec.service)),
-            )
-            .await
-            .map_err(|e| {
-                Error::Read(
-                    format!("the EndpointSlices of Service {ns}/{}", es.spec.service),
-                    e,
-                )
-            })?
-            .items;
+        let public_slices: Vec<EndpointSlice> = self
+            .caches
+            .slices
+            .state()
+            .iter()
+            .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&es.spec.service))
+            .map(|s| s.as_ref().clone())
+            .collect();
         let mode = plan::mode(replicas, plan::public_ready(&public_slices));
         let slice_name = resolver_slice_name(&es.spec.service);
         let existing = public_slices.iter().find(|s| s.name_any() == slice_name);
         let mut problem = None;
         match mode {
             Mode::Proxy => {
-                let pods: Api<Pod> = Api::namespaced(client.clone(), &self.resolver_namespace);
-                let resolver_pods = pods
-                    .list(&ListParams::default().labels(&self.opts.resolver_selector))
-                    .await
-                    .map_err(|e| {
-                        Error::Read(
-                            format!(
-                                "the resolver pods ({}) in namespace {}",
-                                self.opts.resolver_selector, self.resolver_namespace
-                            ),
-                            e,
-                        )
-                    })?
-                    .items;
+                let resolver_pods: Vec<Pod> = self
+                    .caches
+                    .resolver_pods
+                    .state()
+                    .iter()
+                    .map(|p| p.as_ref().clone())
+                    .collect();
                 let wanted =
                     plan::resolver_slice(es, &public, &resolver_pods, self.opts.resolver_port);
                 if existing.is_none_or(|e| !plan::slice_current(e, &wanted)) {
@@ -754,6 +785,12 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
         &es.namespace().unwrap_or_default(),
     );
     s.ctx.kernel.writer.check()?;
+    if es.meta().deletion_timestamp.is_none()
+        && let Err(e) = s.caches.ready().await
+    {
+        tracing::warn!(elasticservice = %key(&es), "{e}");
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let result = finalizer(&api, FINALIZER, es, |event| async move {
         match event {
             Finalizer::Apply(es) => s.apply(es).await,
@@ -793,51 +830,76 @@ fn refs_for_service(
         .collect()
 }
 
+/// The streams that fill [`Caches`]; the controller drives them ([`run`]).
+pub struct CacheStreams {
+    services: BoxStream<'static, Result<Service, watcher::Error>>,
+    slices: BoxStream<'static, Result<EndpointSlice, watcher::Error>>,
+    resolver_pods: BoxStream<'static, Result<Pod, watcher::Error>>,
+}
+
+/// The caches of the objects a reconcile reads, in `ctx`'s watched scope and `opts`'s
+/// resolver namespace and selector, with the streams that fill them.
+pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
+    let (services, svc_stream) = cache(ctx.kernel.watched_api::<Service>(), Default::default());
+    let (slices, slice_stream) = cache(
+        ctx.kernel.watched_api::<EndpointSlice>(),
+        watcher::Config::default().labels(SERVICE_NAME_LABEL),
+    );
+    let resolver_api: Api<Pod> =
+        Api::namespaced(ctx.kernel.client.clone(), &resolver_namespace(ctx, opts));
+    let (resolver_pods, pod_stream) = cache(
+        resolver_api,
+        watcher::Config::default().labels(&opts.resolver_selector),
+    );
+    (
+        Caches {
+            services,
+            slices,
+            resolver_pods,
+        },
+        CacheStreams {
+            services: svc_stream.boxed(),
+            slices: slice_stream.boxed(),
+            resolver_pods: pod_stream.boxed(),
+        },
+    )
+}
+
 /// Runs `controller` (the ElasticService controller, whose store the poller reads) with the
-/// objects it watches besides ElasticServices, reconciling every ElasticService again on each
-/// promotion and each message of `poll_rx` (a poller round left votes), until it ends.
+/// objects it watches besides ElasticServices (`streams`, which fill the scaling caches),
+/// reconciling every ElasticService again on each promotion and each message of `poll_rx` (a
+/// poller round left votes), until it ends.
 ///
 /// # Errors
 /// Always, once the controller's stream ends.
 pub async fn run(
     scaling: Arc<Scaling>,
     controller: Controller<ElasticService>,
+    streams: CacheStreams,
     poll_rx: futures::channel::mpsc::UnboundedReceiver<()>,
 ) -> anyhow::Result<()> {
     let ctx = scaling.ctx.clone();
     let store = controller.store();
     let (svc_store, slice_store, pod_store) = (store.clone(), store.clone(), store.clone());
-    let resolver_pods: Api<Pod> =
-        Api::namespaced(ctx.kernel.client.clone(), &scaling.resolver_namespace);
     let controller = controller
-        .watches(
-            ctx.kernel.watched_api::<Service>(),
-            watcher::Config::default(),
-            move |svc: Service| refs_for_service(&svc_store, svc.namespace(), &svc.name_any()),
-        )
-        .watches(
-            ctx.kernel.watched_api::<EndpointSlice>(),
-            watcher::Config::default().labels(SERVICE_NAME_LABEL),
-            move |slice: EndpointSlice| {
-                let service = slice
-                    .labels()
-                    .get(SERVICE_NAME_LABEL)
-                    .cloned()
-                    .unwrap_or_default();
-                refs_for_service(&slice_store, slice.namespace(), &service)
-            },
-        )
-        .watches(
-            resolver_pods,
-            watcher::Config::default().labels(&scaling.opts.resolver_selector),
-            move |_: Pod| {
-                pod_store
-                    .state()
-                    .iter()
-                    .map(|es| ObjectRef::from_obj(es.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(streams.services, move |svc: Service| {
+            refs_for_service(&svc_store, svc.namespace(), &svc.name_any())
+        })
+        .watches_stream(streams.slices, move |slice: EndpointSlice| {
+            let service = slice
+                .labels()
+                .get(SERVICE_NAME_LABEL)
+                .cloned()
+                .unwrap_or_default();
+            refs_for_service(&slice_store, slice.namespace(), &service)
+        })
+        .watches_stream(streams.resolver_pods, move |_: Pod| {
+            pod_store
+                .state()
+                .iter()
+                .map(|es| ObjectRef::from_obj(es.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .reconcile_all_on(ctx.kernel.gate().promotions())
         .reconcile_all_on(poll_rx)
         .run(reconcile, error_policy, scaling.clone())
@@ -1005,6 +1067,15 @@ fn vote_status(v: &TriggerOutcome, at: Timestamp) -> TriggerVoteStatus {
 mod tests {
     use super::*;
 
+    /// Caches that stay empty (their writers are gone): for reconciles that never read them.
+    fn no_caches() -> Caches {
+        Caches {
+            services: kube::runtime::reflector::store().0,
+            slices: kube::runtime::reflector::store().0,
+            resolver_pods: kube::runtime::reflector::store().0,
+        }
+    }
+
     #[test]
     fn a_plugins_long_reason_is_cut_in_the_status() {
         let vote = TriggerOutcome {
@@ -1037,7 +1108,7 @@ mod tests {
     #[tokio::test]
     async fn a_passive_instance_sends_nothing_and_requeues() {
         let ctx = unreachable_context();
-        let scaling = Scaling::new(ctx.clone(), Options::default());
+        let scaling = Scaling::new(ctx.clone(), Options::default(), no_caches());
         assert!(
             !ctx.kernel.gate().is_active(),
             "the operator starts passive"
@@ -1074,17 +1145,23 @@ mod tests {
         // the private Service, the ElasticService itself): every request answers 404.
         let ctx = context_with(client_answering(404));
         ctx.kernel.gate().set_active(true);
-        let action = reconcile_inner(deleting(), &Scaling::new(ctx, Options::default()))
-            .await
-            .unwrap();
+        let action = reconcile_inner(
+            deleting(),
+            &Scaling::new(ctx, Options::default(), no_caches()),
+        )
+        .await
+        .unwrap();
         assert_eq!(action, Action::await_change());
 
         // Any other failure is still an error, retried.
         let ctx = context_with(client_answering(500));
         ctx.kernel.gate().set_active(true);
-        let e = reconcile_inner(deleting(), &Scaling::new(ctx, Options::default()))
-            .await
-            .unwrap_err();
+        let e = reconcile_inner(
+            deleting(),
+            &Scaling::new(ctx, Options::default(), no_caches()),
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(&e, Error::Finalizer(f) if matches!(f.as_ref(), kube::runtime::finalizer::Error::CleanupFailed(_))),
             "{e}"

@@ -46,13 +46,14 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
             "cannot list ElasticServices ({e}); install the CRDs: kubectl apply --server-side -f crds/"
         )
     })?;
-    let scaling = Arc::new(controller::Scaling::new(ctx.clone(), opts));
+    let (caches, streams) = controller::caches(&ctx, &opts);
+    let scaling = Arc::new(controller::Scaling::new(ctx.clone(), opts, caches));
     let controller = Controller::new(es_api, ctx.kernel.cr_watcher_config())
         .with_config(Config::default().concurrency(4));
     let store = controller.store();
     let (poll_tx, poll_rx) = futures::channel::mpsc::unbounded::<()>();
     tokio::select! {
-        r = controller::run(scaling.clone(), controller, poll_rx) => r,
+        r = controller::run(scaling.clone(), controller, streams, poll_rx) => r,
         r = poller::run(scaling, store, poll_tx) => r,
     }
 }
