@@ -58,6 +58,18 @@ async fn service(client: &Client, ns: &str, name: &str) {
     .await;
 }
 
+/// A StatefulSet `name` at zero replicas, pods labelled `app=name`: in proxy mode at once.
+async fn statefulset_at_zero(client: &Client, ns: &str, name: &str) {
+    create_in::<StatefulSet>(
+        client,
+        ns,
+        json!({"metadata": {"name": name},
+               "spec": {"replicas": 0, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                        "template": pod_template(name)}}),
+    )
+    .await;
+}
+
 /// Fake resolver pods: a Deployment whose kwok pods carry the resolver's label.
 async fn resolver_pods(client: &Client, ns: &str, replicas: i32) {
     let mut template = pod_template("fake-resolver");
@@ -361,17 +373,21 @@ async fn resolver_pods_coming_and_going_rebuild_the_slices() {
     with_temp_ns("scaling-slices", |client: Client, ns: String| async move {
         resolver_pods(&client, &ns, 2).await;
         // A StatefulSet at zero: proxy mode at once, no trigger needed.
-        create_in::<StatefulSet>(
-            &client,
+        statefulset_at_zero(&client, &ns, "db").await;
+        service(&client, &ns, "db").await;
+        let _operator = Operator::start(
+            env!("CARGO_BIN_EXE_wasmop"),
             &ns,
-            json!({"metadata": {"name": "db"},
-                   "spec": {"replicas": 0, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-                            "template": pod_template("db")}}),
+            &["--poll-interval", "1s"],
         )
         .await;
-        service(&client, &ns, "db").await;
-        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
-        let es_api = elastic_service(&client, &ns, "db", es_spec("db", "StatefulSet", "apps/v1", "db")).await;
+        let es_api = elastic_service(
+            &client,
+            &ns,
+            "db",
+            es_spec("db", "StatefulSet", "apps/v1", "db"),
+        )
+        .await;
         wait_until(&es_api, "db", TIMEOUT, "mode proxy", is_mode("proxy")).await;
 
         for count in [3, 1, 0, 2] {
@@ -384,16 +400,24 @@ async fn resolver_pods_coming_and_going_rebuild_the_slices() {
                     if ready.len() != count as usize {
                         return None;
                     }
-                    resolver_slice(&client, &ns, "db").await.filter(|(ips, _)| *ips == ready)
+                    resolver_slice(&client, &ns, "db")
+                        .await
+                        .filter(|(ips, _)| *ips == ready)
                 },
             )
             .await;
             assert_eq!(ips.len(), count as usize);
-            assert_eq!(ports, vec![("http".to_owned(), 8012), ("admin".to_owned(), 8012)]);
+            assert_eq!(
+                ports,
+                vec![("http".to_owned(), 8012), ("admin".to_owned(), 8012)]
+            );
             if count == 0 {
                 let c = eventually("Ready=False without resolver pods", TIMEOUT, async || {
                     let es = es_api.get("db").await.ok()?;
-                    es.status?.conditions.into_iter().find(|c| c.type_ == "Ready" && c.status == "False")
+                    es.status?
+                        .conditions
+                        .into_iter()
+                        .find(|c| c.type_ == "Ready" && c.status == "False")
                 })
                 .await;
                 assert!(c.message.contains("no ready resolver pod"), "{}", c.message);
@@ -526,14 +550,7 @@ async fn a_converged_elastic_service_gets_no_writes_while_its_votes_hold() {
 async fn udp_and_sctp_ports_are_reported_and_not_sent_to_the_resolver() {
     with_temp_ns("scaling-udp", |client: Client, ns: String| async move {
         resolver_pods(&client, &ns, 1).await;
-        create_in::<StatefulSet>(
-            &client,
-            &ns,
-            json!({"metadata": {"name": "dns"},
-                   "spec": {"replicas": 0, "serviceName": "dns", "selector": {"matchLabels": {"app": "dns"}},
-                            "template": pod_template("dns")}}),
-        )
-        .await;
+        statefulset_at_zero(&client, &ns, "dns").await;
         create_in::<Service>(
             &client,
             &ns,
@@ -544,14 +561,45 @@ async fn udp_and_sctp_ports_are_reported_and_not_sent_to_the_resolver() {
                                       {"name": "sig", "port": 9, "protocol": "SCTP"}]}}),
         )
         .await;
-        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
-        let es_api = elastic_service(&client, &ns, "dns", es_spec("dns", "StatefulSet", "apps/v1", "dns")).await;
+        let _operator = Operator::start(
+            env!("CARGO_BIN_EXE_wasmop"),
+            &ns,
+            &["--poll-interval", "1s"],
+        )
+        .await;
+        let es_api = elastic_service(
+            &client,
+            &ns,
+            "dns",
+            es_spec("dns", "StatefulSet", "apps/v1", "dns"),
+        )
+        .await;
         let es = wait_until(&es_api, "dns", TIMEOUT, "mode proxy", is_mode("proxy")).await;
-        let ports = es.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ports").expect("a Ports condition");
-        assert_eq!((ports.status.as_str(), ports.reason.as_str()), ("False", "NotTCP"));
-        assert!(ports.message.contains("dns (UDP), sig (SCTP)"), "{}", ports.message);
-        let (_, slice_ports) = eventually("the resolver slice", TIMEOUT, async || resolver_slice(&client, &ns, "dns").await).await;
-        assert_eq!(slice_ports, vec![("dns-tcp".to_owned(), 8012)], "only the TCP port goes to the resolver");
+        let ports = es
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ports")
+            .expect("a Ports condition");
+        assert_eq!(
+            (ports.status.as_str(), ports.reason.as_str()),
+            ("False", "NotTCP")
+        );
+        assert!(
+            ports.message.contains("dns (UDP), sig (SCTP)"),
+            "{}",
+            ports.message
+        );
+        let (_, slice_ports) = eventually("the resolver slice", TIMEOUT, async || {
+            resolver_slice(&client, &ns, "dns").await
+        })
+        .await;
+        assert_eq!(
+            slice_ports,
+            vec![("dns-tcp".to_owned(), 8012)],
+            "only the TCP port goes to the resolver"
+        );
     })
     .await;
 }

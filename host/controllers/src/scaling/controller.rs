@@ -625,7 +625,7 @@ impl Scaling {
         conditions::set(&mut status.conditions, condition);
         match decision {
             Decision::Up(why) => {
-                let words = cited(&poll.votes).map_or("", |v| v.reason.as_str());
+                let words = decide::cited(&poll.votes).map_or("", |(_, v)| v.reason.as_str());
                 let before = replicas;
                 replicas = self
                     .scale_up(
@@ -1023,14 +1023,6 @@ pub(super) fn metrics() -> &'static Metrics {
         m
     });
     &M
-}
-
-/// The vote that makes an up decision (the first up vote, or failed one under failurePolicy
-/// Ignore, as [`decide::decide`] picks it).
-fn cited(votes: &[TriggerOutcome]) -> Option<&TriggerOutcome> {
-    votes
-        .iter()
-        .find(|v| matches!(v.vote, Vote::Up | Vote::Failed))
 }
 
 /// The `status.triggerVotes` for `votes` taken at `at`, each with whether it changed: a

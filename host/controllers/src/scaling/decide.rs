@@ -118,36 +118,39 @@ pub(crate) fn precheck(i: &Inputs<'_>) -> Option<Decision> {
     }
 }
 
+/// The vote an up decision rests on, with its index: the first up vote, or failed one (which
+/// counts as up under failurePolicy Ignore; under Fail a failed vote holds before this is asked).
+pub(crate) fn cited(votes: &[TriggerOutcome]) -> Option<(usize, &TriggerOutcome)> {
+    votes
+        .iter()
+        .enumerate()
+        .find(|(_, v)| matches!(v.vote, Vote::Up | Vote::Failed))
+}
+
 /// The decision for `votes` (one per trigger, in spec order) under `policy`.
 pub fn decide(i: &Inputs<'_>, votes: &[TriggerOutcome], policy: FailurePolicy) -> Decision {
     if let Some(d) = precheck(i) {
         return d;
     }
-    let mut up = None;
-    for (n, v) in votes.iter().enumerate() {
-        match (&v.vote, policy) {
-            (Vote::Failed, FailurePolicy::Fail) => {
-                return Decision::Hold(format!(
-                    "trigger {n} ({}) failed; not scaling (failurePolicy Fail)",
-                    v.trigger_type
-                ));
-            }
-            (Vote::Failed, FailurePolicy::Ignore) => {
-                up.get_or_insert_with(|| {
-                    format!(
-                        "trigger {n} ({}) failed and counts as up (failurePolicy Ignore)",
-                        v.trigger_type
-                    )
-                });
-            }
-            (Vote::Up, _) => {
-                up.get_or_insert_with(|| format!("trigger {n} ({}) votes up", v.trigger_type));
-            }
-            (Vote::Down, _) => {}
-        }
+    if policy == FailurePolicy::Fail
+        && let Some((n, v)) = votes
+            .iter()
+            .enumerate()
+            .find(|(_, v)| v.vote == Vote::Failed)
+    {
+        return Decision::Hold(format!(
+            "trigger {n} ({}) failed; not scaling (failurePolicy Fail)",
+            v.trigger_type
+        ));
     }
-    if let Some(reason) = up {
-        return Decision::Up(reason);
+    if let Some((n, v)) = cited(votes) {
+        return Decision::Up(match v.vote {
+            Vote::Failed => format!(
+                "trigger {n} ({}) failed and counts as up (failurePolicy Ignore)",
+                v.trigger_type
+            ),
+            _ => format!("trigger {n} ({}) votes up", v.trigger_type),
+        });
     }
     if votes.len() < i.triggers {
         return Decision::Hold(format!("{} of {} triggers voted", votes.len(), i.triggers));
