@@ -19,6 +19,7 @@ mod framing;
 pub mod host;
 pub mod malloc;
 pub mod metrics;
+mod pool;
 pub mod probe;
 pub mod proxy;
 pub mod queue;

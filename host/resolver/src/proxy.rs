@@ -18,10 +18,7 @@
 //! (docs/resolver.md).
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -30,9 +27,6 @@ use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::catalog::{Catalog, Lookup, Route};
@@ -40,6 +34,7 @@ use super::demand::{self, DemandSink};
 use super::dial::PrefixMap;
 use super::host::{ParsedHost, Target, parse_host};
 use super::metrics;
+use super::pool::Pools;
 use super::queue::{QueueFull, Queues};
 
 /// The body of every answer: the backend's, streamed, or a local one.
@@ -129,8 +124,7 @@ struct Shared {
     catalog: Arc<Catalog>,
     queues: Queues,
     sink: Arc<dyn DemandSink>,
-    h1: Client<Connector, Incoming>,
-    h2: Client<Connector, Incoming>,
+    pools: Pools,
     phase: watch::Sender<Phase>,
 }
 
@@ -152,18 +146,7 @@ impl Resolver {
     /// A resolver answering from `catalog` and signalling demand to `sink`.
     pub fn new(config: ProxyConfig, catalog: Arc<Catalog>, sink: Arc<dyn DemandSink>) -> Self {
         metrics::init();
-        let connector = Connector {
-            catalog: catalog.clone(),
-            policy: Arc::new(config.connect.clone()),
-            next: Arc::new(AtomicUsize::new(0)),
-        };
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30));
-        let h1 = builder.build(connector.clone());
-        let h2 = builder.http2_only(true).build(connector);
+        let pools = Pools::new(catalog.clone(), config.connect.clone());
         Self {
             shared: Arc::new(Shared {
                 queues: Queues::new(
@@ -174,8 +157,7 @@ impl Resolver {
                 config,
                 catalog,
                 sink,
-                h1,
-                h2,
+                pools,
                 phase: watch::Sender::new(Phase::Serving),
             }),
         }
@@ -407,7 +389,13 @@ impl Resolver {
                 format!("cannot forward to {target}: {e}"),
             );
         }
-        let client = if h2 { &self.shared.h2 } else { &self.shared.h1 };
+        let Some((endpoint, client)) = self.shared.pools.pick(target, route, h2) else {
+            metrics::rejected(ns, svc, "forward_failed");
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot forward to {target}: it has no ready endpoint"),
+            );
+        };
         let (sent, held) = match cold {
             None => (client.request(req).await, None),
             Some((arrived, slot)) => (
@@ -436,10 +424,13 @@ impl Resolver {
             }
             Err(e) => {
                 metrics::rejected(ns, svc, "forward_failed");
-                tracing::warn!(%target, "forwarding failed: {}", chain(&e));
+                tracing::warn!(%target, %endpoint, "forwarding failed: {}", chain(&e));
                 text(
                     StatusCode::BAD_GATEWAY,
-                    format!("cannot forward the request to {target}: {}", chain(&e)),
+                    format!(
+                        "cannot forward the request to {target} (endpoint {endpoint}): {}",
+                        chain(&e)
+                    ),
                 )
             }
         }
@@ -628,88 +619,6 @@ fn prepare_request(
         headers.remove(HOST);
     }
     Ok(())
-}
-
-/// Dials the target of a URI: finds its ready endpoints in the catalog at connect time, picks
-/// one round-robin, applies the dial map, and retries failed connects (refused, timed out) and
-/// an empty endpoint list with backoff.
-#[derive(Clone)]
-struct Connector {
-    catalog: Arc<Catalog>,
-    policy: Arc<ConnectPolicy>,
-    next: Arc<AtomicUsize>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct ConnectError(String);
-
-impl tower_service::Service<Uri> for Connector {
-    type Response = TokioIo<TcpStream>;
-    type Error = ConnectError;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<TokioIo<TcpStream>, ConnectError>> + Send + 'static>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        Box::pin(self.clone().connect(uri))
-    }
-}
-
-impl Connector {
-    async fn connect(self, uri: Uri) -> Result<TokioIo<TcpStream>, ConnectError> {
-        let authority = uri.authority().map_or("", |a| a.as_str());
-        let target = parse_host(authority)
-            .map_err(|e| ConnectError(e.to_string()))?
-            .target;
-        let policy = &*self.policy;
-        let mut delay = policy.backoff;
-        let mut last = String::from("no ready endpoint");
-        for attempt in 1..=policy.attempts.max(1) {
-            let endpoints = match self.catalog.lookup(&target) {
-                Lookup::Found(route) => route.endpoints,
-                _ => Vec::new(),
-            };
-            if endpoints.is_empty() {
-                last = "no ready endpoint".into();
-            } else {
-                let addr = endpoints[self.next.fetch_add(1, Ordering::Relaxed) % endpoints.len()];
-                let dialed = policy
-                    .map
-                    .dial_addr(addr)
-                    .map_err(|e| ConnectError(e.to_string()))?;
-                let via = if dialed == addr {
-                    String::new()
-                } else {
-                    format!(" (dialed as {dialed})")
-                };
-                match tokio::time::timeout(policy.connect_timeout, TcpStream::connect(dialed)).await
-                {
-                    Ok(Ok(stream)) => {
-                        let _ = stream.set_nodelay(true);
-                        return Ok(TokioIo::new(stream));
-                    }
-                    Ok(Err(e)) => last = format!("{addr}{via}: {e}"),
-                    Err(_) => {
-                        last =
-                            format!("{addr}{via}: no answer within {:?}", policy.connect_timeout);
-                    }
-                }
-                metrics::connect_failed(&target.namespace, &target.service);
-            }
-            if attempt < policy.attempts {
-                tokio::time::sleep(delay).await;
-                delay = delay.mul_f64(1.4).min(policy.max_backoff);
-            }
-        }
-        Err(ConnectError(format!(
-            "no connection to an endpoint of {target} after {} attempts; last: {last}",
-            policy.attempts.max(1)
-        )))
-    }
 }
 
 #[cfg(test)]

@@ -1108,3 +1108,83 @@ async fn ambiguous_http1_framing_is_refused_with_400_and_the_connection_closed()
     let forwarded = r#"wasmop_resolver_requests_forwarded_total{namespace="framing",service="web",path="warm"} 4"#;
     assert!(metrics.contains(forwarded), "{metrics}");
 }
+
+/// A keep-alive HTTP/1.1 backend on loopback that answers 200 and counts the requests it gets.
+async fn counting_backend() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_req| {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::new()))) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn a_pod_that_turns_unready_gets_no_more_requests_over_kept_alive_connections() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let h = Harness::start("churn", config()).await;
+    h.add_service("web", json!({}), json!({}));
+    let ((one, ones), (two, twos)) = (counting_backend().await, counting_backend().await);
+    // Two slices of the private Service, one ready pod each.
+    let slice = |endpoint: SocketAddr, name: &str, ready: bool| {
+        let mut s = fixtures::ready_slice(&h.ns, "web", endpoint);
+        s.metadata.name = Some(name.into());
+        s.endpoints.as_mut().unwrap()[0]
+            .conditions
+            .as_mut()
+            .unwrap()
+            .ready = Some(ready);
+        s
+    };
+    h.catalog()
+        .endpoint_slice_event(Event::Apply(slice(one, "web-one", true)));
+    h.catalog()
+        .endpoint_slice_event(Event::Apply(slice(two, "web-two", true)));
+    // One keep-alive client: the resolver keeps a connection to each pod between requests.
+    let client = http1();
+    let get = async || {
+        let req = Request::get(format!("http://{}/", h.addr))
+            .header("host", h.host("web"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = client.request(req).await.expect("the resolver answers");
+        let status = response.status();
+        response.into_body().collect().await.unwrap();
+        status
+    };
+    for _ in 0..20 {
+        assert_eq!(get().await, StatusCode::OK);
+    }
+    let (before_one, before_two) = (ones.load(SeqCst), twos.load(SeqCst));
+    assert_eq!(before_one + before_two, 20);
+    assert!(
+        before_one >= 5 && before_two >= 5,
+        "requests spread over both ready pods: {before_one} and {before_two}"
+    );
+
+    // The second pod turns unready mid-stream: every later request goes to the first.
+    h.catalog()
+        .endpoint_slice_event(Event::Apply(slice(two, "web-two", false)));
+    for _ in 0..20 {
+        assert_eq!(get().await, StatusCode::OK);
+    }
+    assert_eq!(
+        twos.load(SeqCst),
+        before_two,
+        "no request reached the unready pod"
+    );
+    assert_eq!(ones.load(SeqCst), before_one + 20);
+}
