@@ -6,6 +6,7 @@
 //! - [`conditions`]: status conditions as the API conventions want them;
 //! - [`metrics`]: the process's Prometheus registry, with the write and reconcile metrics;
 //! - [`cache::cache`]: watch caches the controllers read instead of the API server;
+//! - [`client::client`]: the Kubernetes client, with counted backoff on 429, 503 and 504;
 //! - [`FIELD_MANAGER`], [`shutdown_signal`] and [`unless_deleted_meanwhile`].
 //!
 //! The controllers (`wasmop-controllers`) and the resolver (`wasmop-resolver`) build on it; the
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod client;
 pub mod conditions;
 pub mod gate;
 pub mod metrics;

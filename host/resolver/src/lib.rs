@@ -191,7 +191,7 @@ impl ResolverOptions {
 /// ends.
 pub async fn run(opts: ResolverOptions) -> anyhow::Result<ExitCode> {
     let config = opts.proxy_config()?;
-    let client = kube::Client::try_default()
+    let client = wasmop_kernel::client::client()
         .await
         .context("cannot connect to the Kubernetes API (in a pod: its ServiceAccount; elsewhere: KUBECONFIG)")?;
     let proxy_listener = server::bind(opts.listen, "--listen").await?;

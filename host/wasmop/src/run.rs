@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use kube::Client;
 
 use wasmop_controllers::{Context, ControllerKind, dr, plugin_ready, restart, routing, scaling};
 use wasmop_kernel::{Kernel, Scope, shutdown_signal};
@@ -96,7 +95,7 @@ pub(crate) struct RunOptions {
 /// # Errors
 /// No cluster connection, the server address cannot be bound, or a loop ends.
 pub(crate) async fn run(opts: RunOptions) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let client = wasmop_kernel::client::client()
         .await
         .context("cannot connect to the Kubernetes API (is KUBECONFIG set?)")?;
     let defaults = RuntimeOptions::default();
