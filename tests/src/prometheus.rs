@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,12 +57,15 @@ impl Exporter {
 /// Prometheus's instant-query API on `127.0.0.1` for plugin calls without a Prometheus process:
 /// every request is answered with a vector of one sample, `1` for the health query of the
 /// `scaling-prometheus` plugin (`min_over_time(...)`) and `value` for any other. Connections
-/// are kept alive, as Prometheus keeps them; its threads live as long as the process.
+/// are kept alive, as Prometheus keeps them; its threads live as long as the process. While
+/// [`QueryStub::set_silent`] is on, it reads requests and answers none (a Prometheus that
+/// times out).
 pub struct QueryStub {
     /// `127.0.0.1:PORT`, the `serverAddress` authority and the grant.
     pub addr: String,
     served: Arc<AtomicUsize>,
     connections: Arc<AtomicUsize>,
+    silent: Arc<AtomicBool>,
 }
 
 impl QueryStub {
@@ -87,8 +90,12 @@ impl QueryStub {
         let addr = listener.local_addr().expect("stub address").to_string();
         let served = Arc::new(AtomicUsize::new(0));
         let connections = Arc::new(AtomicUsize::new(0));
-        let count = served.clone();
+        let silent = Arc::new(AtomicBool::new(false));
+        let (count, quiet) = (served.clone(), silent.clone());
         serve(listener, tls, connections.clone(), move |request| {
+            while quiet.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             count.fetch_add(1, Ordering::Relaxed);
             let v = if request.contains("min_over_time") {
                 "1"
@@ -108,7 +115,13 @@ impl QueryStub {
             addr,
             served,
             connections,
+            silent,
         }
+    }
+
+    /// Turns silence on (requests are read and not answered until it is turned off) or off.
+    pub fn set_silent(&self, on: bool) {
+        self.silent.store(on, Ordering::Relaxed);
     }
 
     /// How many queries it has answered.

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use wasmop_api::elasticservice::ElasticService;
 use wasmop_api::names::{private_service_name, resolver_slice_name};
 use wasmop_tests::dr::{audit_reads, audit_writes, operator_user};
-use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus};
+use wasmop_tests::prometheus::{EXPORTER_JOB, Exporter, Prometheus, QueryStub};
 use wasmop_tests::{
     Operator, create_in, deployment_replicas, eventually, kubectl_ok, repo_root, sample,
     wait_until, with_temp_ns,
@@ -600,6 +600,81 @@ async fn udp_and_sctp_ports_are_reported_and_not_sent_to_the_resolver() {
             vec![("dns-tcp".to_owned(), 8012)],
             "only the TCP port goes to the resolver"
         );
+    })
+    .await;
+}
+
+/// A Prometheus that stops answering for every trigger at once costs each ElasticService one
+/// status write and one `TriggerFailed` Event, when its vote turns to error, and nothing at the
+/// polls after that.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_prometheus_that_times_out_for_every_trigger_costs_one_write_per_elastic_service() {
+    const SERVICES: usize = 4;
+    with_temp_ns("scaling-timeout", |client: Client, ns: String| async move {
+        let prom = QueryStub::start("5");
+        let registry = format!(
+            "plugins:\n  - name: prometheus-test\n    hook: scaling\n    source: builtin://scaling-prometheus\n    settings: {{timeoutMs: 300}}\n    grants: {{allowedHosts: [\"{}\"]}}\ndefaults: {{scaling: prometheus-test}}\n",
+            prom.addr
+        );
+        create_in::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "wasmop-plugins"}, "data": {"plugins.yaml": registry}})).await;
+        let names: Vec<String> = (0..SERVICES).map(|i| format!("web{i}")).collect();
+        for name in &names {
+            deployment(&client, &ns, name, 1).await;
+            service(&client, &ns, name).await;
+        }
+        let op = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--poll-interval", "1s"]).await;
+        let mut es_api = None;
+        for name in &names {
+            let mut spec = es_spec(name, "Deployment", "apps/v1", name);
+            spec["cooldownPeriod"] = 5.into();
+            spec["triggers"] = json!([{"type": "prometheus", "metadata": {
+                "query": "sum(load)", "serverAddress": format!("http://{}", prom.addr), "threshold": "1"}}]);
+            es_api = Some(elastic_service(&client, &ns, name, spec).await);
+        }
+        let es_api = es_api.unwrap();
+        let vote_is = |want: &'static str| {
+            move |es: Option<&ElasticService>| {
+                es.and_then(|es| es.status.as_ref())
+                    .is_some_and(|s| s.trigger_votes.first().is_some_and(|v| v.vote == want))
+            }
+        };
+        for name in &names {
+            wait_until(&es_api, name, TIMEOUT, "an up vote", vote_is("up")).await;
+        }
+
+        let since = k8s_openapi::jiff::Timestamp::now();
+        prom.set_silent(true);
+        for name in &names {
+            wait_until(&es_api, name, TIMEOUT, "an error vote", vote_is("error")).await;
+        }
+        // Five more polls of every trigger, all failing.
+        let errors = r#"wasmop_scaling_trigger_votes_total{plugin="prometheus-test",vote="error"}"#;
+        let metrics = || op.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        let after_flip = sample(&metrics(), errors);
+        eventually("five more failing polls of every trigger", TIMEOUT, async || {
+            (sample(&metrics(), errors) >= after_flip + 5.0 * SERVICES as f64).then_some(())
+        })
+        .await;
+        prom.set_silent(false);
+
+        let writes: Vec<_> = audit_writes(&[&operator_user()])
+            .into_iter()
+            .filter(|w| w.at >= since && w.object.contains(&format!(" {ns}/")) && !w.object.starts_with("leases "))
+            .collect();
+        for name in &names {
+            let of = |prefix: &str| writes.iter().filter(|w| w.object == format!("{prefix} {ns}/{name}")).count();
+            assert_eq!(of("elasticservices/status"), 1, "one status write for {name}: {writes:?}");
+            let failed = events(&client, &ns, name, "TriggerFailed").await;
+            assert_eq!(failed.len(), 1, "one TriggerFailed for {name}: {failed:?}");
+            assert!(failed[0].contains("prometheus"), "{failed:?}");
+        }
+        let events_written = writes.iter().filter(|w| w.object.starts_with("events ")).count();
+        assert_eq!(events_written, SERVICES, "one Event per ElasticService: {writes:?}");
+        assert_eq!(writes.len(), 2 * SERVICES, "nothing else is written: {writes:?}");
+        let es = es_api.get(&names[0]).await.unwrap();
+        let triggers = es.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Triggers").expect("a Triggers condition");
+        assert_eq!(triggers.status, "False", "{triggers:?}");
     })
     .await;
 }
