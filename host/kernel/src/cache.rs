@@ -28,9 +28,32 @@ where
         + Sync
         + 'static,
 {
+    cache_trimmed(api, config, |_| {})
+}
+
+/// [`cache`] whose objects pass through `trim` before they are stored, e.g. to drop the
+/// fields no reader needs (a pod template) and keep the cache small.
+pub fn cache_trimmed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: impl FnMut(&mut K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let (store, writer) = reflector::store();
     let stream = watcher(api, config)
         .default_backoff()
+        .modify(trim)
         .reflect(writer)
         .touched_objects();
     (store, stream)

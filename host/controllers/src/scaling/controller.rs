@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,7 +41,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use wasmop_kernel::cache::cache;
+use wasmop_kernel::cache::{cache, cache_trimmed};
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
 use super::error::Error;
@@ -104,7 +105,8 @@ struct Memory {
 }
 
 /// Watch caches of what a reconcile reads besides the ElasticService: it asks the API server
-/// only for the target's `/scale` and, when the workload is scaled, the KEDA ScaledObject.
+/// only for the `/scale` of a target the caches do not hold (an Argo Rollout, or a workload
+/// not yet seen) and, when the workload is scaled, for the KEDA ScaledObject.
 pub struct Caches {
     /// Services of the watched namespaces.
     pub services: Store<Service>,
@@ -112,6 +114,10 @@ pub struct Caches {
     pub slices: Store<EndpointSlice>,
     /// The resolver pods (`--resolver-selector` in the resolver namespace).
     pub resolver_pods: Store<Pod>,
+    /// Deployments of the watched namespaces, trimmed to their metadata and `spec.replicas`.
+    pub deployments: Store<Deployment>,
+    /// StatefulSets of the watched namespaces, trimmed as `deployments`.
+    pub statefulsets: Store<StatefulSet>,
 }
 
 /// How long a reconcile waits for the first list of every cache before it is requeued.
@@ -124,12 +130,30 @@ impl Caches {
             let _ = self.services.wait_until_ready().await;
             let _ = self.slices.wait_until_ready().await;
             let _ = self.resolver_pods.wait_until_ready().await;
+            let _ = self.deployments.wait_until_ready().await;
+            let _ = self.statefulsets.wait_until_ready().await;
         };
         tokio::time::timeout(CACHE_WAIT, all).await.map_err(|_| {
             format!(
-                "the caches of Services, EndpointSlices and resolver pods are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC?)"
+                "the caches of Services, EndpointSlices, resolver pods, Deployments and StatefulSets are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC?)"
             )
         })
+    }
+
+    /// The desired replicas of `target` (`spec.replicas`, 1 when unset as the API server
+    /// defaults it), if its kind is cached and it is in the cache.
+    fn replicas(&self, target: &Target) -> Option<i32> {
+        let (ns, name) = (target.namespace.as_str(), target.name.as_str());
+        let replicas = match target.kind {
+            target::Kind::Deployment => Self::get(&self.deployments, ns, name)?
+                .spec
+                .map(|s| s.replicas),
+            target::Kind::StatefulSet => Self::get(&self.statefulsets, ns, name)?
+                .spec
+                .map(|s| s.replicas),
+            target::Kind::Rollout => return None,
+        };
+        Some(replicas.flatten().unwrap_or(1))
     }
 
     /// Object `name` of namespace `ns` in `store`, if cached.
@@ -396,8 +420,8 @@ impl Scaling {
         let ns = es.namespace().unwrap_or_default();
         let client = &self.ctx.kernel.client;
         let target = Target::new(&es.spec.scale_target_ref, &ns)?;
-        let mut replicas = target
-            .replicas(client)
+        let mut replicas = self
+            .replicas(&target)
             .await?
             .ok_or_else(|| Error::Invalid(format!("scaleTargetRef: {target} does not exist")))?;
 
@@ -679,12 +703,24 @@ impl Scaling {
         Ok(())
     }
 
+    /// The desired replicas of `target`, from the workload caches, else from its `/scale`;
+    /// `None` when it does not exist.
+    ///
+    /// # Errors
+    /// As [`Target::replicas`].
+    async fn replicas(&self, target: &Target) -> Result<Option<i32>, Error> {
+        match self.caches.replicas(target) {
+            Some(replicas) => Ok(Some(replicas)),
+            None => target.replicas(&self.ctx.kernel.client).await,
+        }
+    }
+
     /// Restores the workload and removes what wasmop created for `es`.
     async fn cleanup(&self, es: Arc<ElasticService>) -> Result<Action, Error> {
         let ns = es.namespace().unwrap_or_default();
         let client = &self.ctx.kernel.client;
         match Target::new(&es.spec.scale_target_ref, &ns) {
-            Ok(target) => match target.replicas(client).await {
+            Ok(target) => match self.replicas(&target).await {
                 Ok(Some(replicas)) => {
                     self.keda(&es, false).await.or_else(ignore_invalid)?;
                     let min = es.spec.min_target_replicas.max(1);
@@ -835,6 +871,9 @@ pub struct CacheStreams {
     services: BoxStream<'static, Result<Service, watcher::Error>>,
     slices: BoxStream<'static, Result<EndpointSlice, watcher::Error>>,
     resolver_pods: BoxStream<'static, Result<Pod, watcher::Error>>,
+    /// Fills the workload caches; their changes do not trigger reconciles (the poller and
+    /// the ElasticService's own changes do).
+    workloads: BoxStream<'static, ()>,
 }
 
 /// The caches of the objects a reconcile reads, in `ctx`'s watched scope and `opts`'s
@@ -851,18 +890,55 @@ pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
         resolver_api,
         watcher::Config::default().labels(&opts.resolver_selector),
     );
+    let (deployments, deploy_stream) = cache_trimmed(
+        ctx.kernel.watched_api::<Deployment>(),
+        Default::default(),
+        |d: &mut Deployment| {
+            trim_meta(d);
+            if let Some(spec) = d.spec.as_mut() {
+                spec.template = Default::default();
+            }
+            d.status = None;
+        },
+    );
+    let (statefulsets, sts_stream) = cache_trimmed(
+        ctx.kernel.watched_api::<StatefulSet>(),
+        Default::default(),
+        |s: &mut StatefulSet| {
+            trim_meta(s);
+            if let Some(spec) = s.spec.as_mut() {
+                spec.template = Default::default();
+                spec.volume_claim_templates = None;
+            }
+            s.status = None;
+        },
+    );
+    let workloads = futures::stream::select(
+        deploy_stream.map(|_| ()).boxed(),
+        sts_stream.map(|_| ()).boxed(),
+    );
     (
         Caches {
             services,
             slices,
             resolver_pods,
+            deployments,
+            statefulsets,
         },
         CacheStreams {
             services: svc_stream.boxed(),
             slices: slice_stream.boxed(),
             resolver_pods: pod_stream.boxed(),
+            workloads: workloads.boxed(),
         },
     )
+}
+
+/// Drops what no reader of a workload cache needs: managed fields and annotations (the
+/// last-applied configuration can be as large as the object).
+fn trim_meta(k: &mut impl Resource) {
+    k.meta_mut().managed_fields = None;
+    k.meta_mut().annotations = None;
 }
 
 /// Runs `controller` (the ElasticService controller, whose store the poller reads) with the
@@ -914,7 +990,8 @@ pub async fn run(
         resolver_selector = %scaling.opts.resolver_selector,
         "scaling controller started"
     );
-    controller.await;
+    let fill = streams.workloads.for_each(|()| std::future::ready(()));
+    futures::future::select(Box::pin(controller), fill).await;
     anyhow::bail!("the ElasticService controller ended")
 }
 
@@ -1065,6 +1142,8 @@ mod tests {
             services: kube::runtime::reflector::store().0,
             slices: kube::runtime::reflector::store().0,
             resolver_pods: kube::runtime::reflector::store().0,
+            deployments: kube::runtime::reflector::store().0,
+            statefulsets: kube::runtime::reflector::store().0,
         }
     }
 
