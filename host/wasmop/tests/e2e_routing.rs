@@ -46,8 +46,8 @@ fn expected_routes(app: &str, n: &Names, user: &str) -> Value {
         json!({
             "name": format!("{}{i}", n.prefix),
             "match": [m],
-            "route": [{"destination": {"host": app, "subset": n.version}}],
-            "headers": {"response": {"add": {"x-dynamic-env": n.clone}}}
+            "route": [{"destination": {"host": app, "subset": n.version},
+                       "headers": {"response": {"add": {"x-dynamic-env": n.clone}}}}],
         })
     };
     let base = http_routes(app);
@@ -305,8 +305,8 @@ async fn routes_and_clones_follow_changes_of_the_virtual_service_and_the_base() 
         let want = json!([
             {"name": format!("{}0", n.prefix), "timeout": "5s",
              "match": [{"headers": {"end-user": {"exact": "jason"}}}],
-             "route": [{"destination": {"host": "reviews", "subset": n.version}}],
-             "headers": {"response": {"add": {"x-dynamic-env": n.clone}}}},
+             "route": [{"destination": {"host": "reviews", "subset": n.version},
+                        "headers": {"response": {"add": {"x-dynamic-env": n.clone}}}}]},
             {"name": "default", "timeout": "5s",
              "route": [{"destination": {"host": "reviews", "subset": "shared"}}]}
         ]);

@@ -254,28 +254,43 @@ fn copy_route(
     copy.remove("delegate");
     copy.insert("name".to_owned(), Value::String(name));
 
-    let mut destinations: Vec<Value> = Vec::with_capacity(targets.len());
-    for target in targets {
-        let mut d = (*target).clone();
-        if let Value::Object(entry) = &mut d {
-            entry.remove("weight");
-            if let Some(Value::Object(dest)) = entry.get_mut("destination") {
-                dest.insert("subset".to_owned(), Value::String(req.subset.clone()));
-            }
-        }
-        if !destinations.contains(&d) {
-            destinations.push(d);
-        }
+    // One destination: the default-version destination with the largest weight (the first on
+    // a tie). Several destinations without weights are not a valid route, and all of them
+    // would now lead to the same subset.
+    let weight = |d: &Value| d.get("weight").and_then(Value::as_i64).unwrap_or(0);
+    let Some(chosen) = targets
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, d)| (weight(d), std::cmp::Reverse(*i)))
+        .map(|(_, d)| (*d).clone())
+    else {
+        return Err(format!("{at} has no destination to copy"));
+    };
+    let mut chosen = chosen;
+    let Value::Object(entry) = &mut chosen else {
+        return Err(format!("{at}.route entries must be objects"));
+    };
+    entry.remove("weight");
+    if let Some(Value::Object(dest)) = entry.get_mut("destination") {
+        dest.insert("subset".to_owned(), Value::String(req.subset.clone()));
     }
-    copy.insert("route".to_owned(), Value::Array(destinations));
-
-    let headers = object_at(&mut copy, "headers", &format!("{at}.headers"))?;
-    let response = object_at(headers, "response", &format!("{at}.headers.response"))?;
-    let add = object_at(response, "add", &format!("{at}.headers.response.add"))?;
+    // The response header goes on the destination, as upstream puts it.
+    let headers = object_at(entry, "headers", &format!("{at}.route[].headers"))?;
+    let response = object_at(
+        headers,
+        "response",
+        &format!("{at}.route[].headers.response"),
+    )?;
+    let add = object_at(
+        response,
+        "add",
+        &format!("{at}.route[].headers.response.add"),
+    )?;
     add.insert(
         settings.response_header.clone(),
         Value::String(req.unique_name.clone()),
     );
+    copy.insert("route".to_owned(), Value::Array(vec![chosen]));
 
     let mut matches = match copy.remove("match") {
         None | Some(Value::Null) => Vec::new(),
@@ -472,6 +487,12 @@ mod tests {
         json!({"destination": {"host": host, "subset": subset}})
     }
 
+    /// A copied destination: `host` at the DynamicEnv's subset, with the response header.
+    fn copied(host: &str) -> Value {
+        json!({"destination": {"host": host, "subset": "reviews-default-de-sample"},
+               "headers": {"response": {"add": {"x-dynamic-env": "reviews-default-de-sample"}}}})
+    }
+
     #[test]
     fn single_match_on_weighted_route() {
         let main = json!({
@@ -494,8 +515,7 @@ mod tests {
                 "match": [{"headers": {"end-user": {"exact": "jason"}}}],
                 "route": [{"destination": {
                     "host": "reviews", "subset": "reviews-default-de-sample", "port": {"number": 9080}
-                }}],
-                "headers": {"response": {"add": {"x-dynamic-env": "reviews-default-de-sample"}}},
+                }, "headers": {"response": {"add": {"x-dynamic-env": "reviews-default-de-sample"}}}}],
             })
         );
         assert_eq!(out[1], main, "the original route is kept unchanged");
@@ -636,10 +656,7 @@ mod tests {
                 json!([{"route": [dest(host, "shared")]}]),
             );
             assert_eq!(out.len(), 2, "{host} is the service host");
-            assert_eq!(
-                out[0]["route"],
-                json!([dest(host, "reviews-default-de-sample")])
-            );
+            assert_eq!(out[0]["route"], json!([copied(host)]));
         }
         for host in [
             "reviews.other",
@@ -665,10 +682,7 @@ mod tests {
         other["metadata"]["namespace"] = json!("other");
         let out = rewrite(&req(vec![jason()]), &other, &Settings::default()).unwrap();
         assert_eq!(out.len(), 3, "only the qualified destination is copied");
-        assert_eq!(
-            out[1]["route"],
-            json!([dest("reviews.default", "reviews-default-de-sample")])
-        );
+        assert_eq!(out[1]["route"], json!([copied("reviews.default")]));
         let mut unnamed = vs(http);
         unnamed["metadata"]
             .as_object_mut()
@@ -792,17 +806,47 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_keeps_one_destination_the_heaviest() {
+        let http = json!([{"route": [
+            {"destination": {"host": "reviews", "subset": "shared", "port": {"number": 80}}, "weight": 30},
+            {"destination": {"host": "reviews", "subset": "shared", "port": {"number": 9080}}, "weight": 60},
+            {"destination": {"host": "ratings", "subset": "shared"}, "weight": 10},
+        ]}]);
+        let out = run(&req(vec![jason()]), http);
+        assert_eq!(
+            out[0]["route"],
+            json!([{"destination": {"host": "reviews", "subset": "reviews-default-de-sample", "port": {"number": 9080}},
+                    "headers": {"response": {"add": {"x-dynamic-env": "reviews-default-de-sample"}}}}]),
+            "two destinations without weights are not a valid route"
+        );
+        let tie = json!([{"route": [
+            {"destination": {"host": "reviews", "subset": "shared"}, "headers": {"request": {"set": {"a": "1"}}}},
+            {"destination": {"host": "reviews", "subset": "shared"}, "headers": {"request": {"set": {"b": "2"}}}},
+        ]}]);
+        let out = run(&req(vec![jason()]), tie);
+        assert_eq!(out[0]["route"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            out[0]["route"][0]["headers"]["request"],
+            json!({"set": {"a": "1"}}),
+            "the first on a tie"
+        );
+    }
+
+    #[test]
     fn response_header_keeps_other_header_operations() {
         let http = json!([{
-            "headers": {
-                "request": {"set": {"x-req": "1"}},
-                "response": {"set": {"x-set": "s"}, "add": {"x-add": "a"}, "remove": ["x-gone"]},
-            },
-            "route": [dest("reviews", "shared")],
+            "headers": {"response": {"add": {"x-route": "r"}}},
+            "route": [{
+                "destination": {"host": "reviews", "subset": "shared"},
+                "headers": {
+                    "request": {"set": {"x-req": "1"}},
+                    "response": {"set": {"x-set": "s"}, "add": {"x-add": "a"}, "remove": ["x-gone"]},
+                },
+            }],
         }]);
         let out = run(&req(vec![jason()]), http.clone());
         assert_eq!(
-            out[0]["headers"],
+            out[0]["route"][0]["headers"],
             json!({
                 "request": {"set": {"x-req": "1"}},
                 "response": {
@@ -812,10 +856,14 @@ mod tests {
                 },
             })
         );
+        assert_eq!(
+            out[0]["headers"], http[0]["headers"],
+            "the route's own header operations are kept as they are"
+        );
         let settings = Settings::parse(r#"{"responseHeader": "x-de"}"#).unwrap();
         let out = rewrite(&req(vec![jason()]), &vs(http), &settings).unwrap();
         assert_eq!(
-            out[0]["headers"]["response"]["add"],
+            out[0]["route"][0]["headers"]["response"]["add"],
             json!({"x-add": "a", "x-de": "reviews-default-de-sample"})
         );
     }
@@ -839,10 +887,7 @@ mod tests {
         let orig = http.as_array().unwrap();
         assert_eq!(out.len(), 5);
         assert_eq!(out[..3], orig[..3]);
-        assert_eq!(
-            out[3]["route"],
-            json!([dest("reviews", "reviews-default-de-sample")])
-        );
+        assert_eq!(out[3]["route"], json!([copied("reviews")]));
         assert_eq!(
             out[3]["mirror"],
             json!({"host": "ratings"}),
