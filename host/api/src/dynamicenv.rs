@@ -224,9 +224,16 @@ pub struct SubsetStatus {
     /// Errors, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subset_errors: Option<SubsetErrors>,
-    /// Hash of the subset spec the clone was built from.
-    #[serde(default)]
-    pub hash: String,
+    /// Hash of the subset spec the clone was built from: a signed 64-bit integer, as
+    /// upstream's `hash` (int64); a string written by an earlier version reads as 0.
+    #[serde(default, deserialize_with = "int_hash")]
+    pub hash: i64,
+}
+
+/// Reads a status `hash`: an integer, or the hex string earlier versions wrote (then 0: the
+/// next status write replaces it).
+fn int_hash<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    Ok(serde_json::Value::deserialize(d)?.as_i64().unwrap_or(0))
 }
 
 /// Status of one consumer.
@@ -239,10 +246,41 @@ pub struct ConsumerStatus {
     pub namespace: String,
     /// Its status value.
     pub status: String,
-    /// Hash of the consumer spec the clone was built from.
-    #[serde(default)]
-    pub hash: String,
+    /// Hash of the consumer spec the clone was built from (as the subset's `hash`).
+    #[serde(default, deserialize_with = "int_hash")]
+    pub hash: i64,
     /// Errors, if any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<StatusError>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn the_status_hash_is_an_integer_and_a_stored_string_reads_as_zero() {
+        let read = |hash: serde_json::Value| -> ConsumerStatus {
+            serde_json::from_value(serde_json::json!({
+                "name": "c", "namespace": "n", "status": "running", "hash": hash,
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            read(serde_json::json!(-7_893_432_429_265_961_114_i64)).hash,
+            -7_893_432_429_265_961_114
+        );
+        assert_eq!(read(serde_json::json!("3f2a9c01de")).hash, 0);
+        let written = serde_json::to_value(read(serde_json::json!(42))).unwrap();
+        assert_eq!(written["hash"], serde_json::json!(42));
+        let crd = serde_json::to_value(DynamicEnv::crd()).unwrap();
+        let hash = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"]["consumersStatus"]["additionalProperties"]["properties"]["hash"];
+        assert_eq!(
+            (hash["type"].as_str(), hash["format"].as_str()),
+            (Some("integer"), Some("int64")),
+            "{hash}"
+        );
+    }
 }

@@ -133,7 +133,7 @@ async fn create_update_and_delete_restore_every_virtual_service() {
             json!([{"name": "reviews", "namespace": ns, "status": "running"}])
         );
         assert!(entry.get("subsetErrors").is_none(), "{entry}");
-        let first_hash = entry["hash"].as_str().unwrap().to_owned();
+        let first_hash = entry["hash"].as_i64().expect("an integer hash, as upstream's");
         assert_eq!(
             status["consumersStatus"][format!("{ns}/details")]["status"],
             "running"
@@ -208,7 +208,7 @@ async fn create_update_and_delete_restore_every_virtual_service() {
         .await;
         let de = eventually("a new hash and ready again", TIMEOUT, async || {
             let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
-            let hash = de["status"]["subsetsStatus"][format!("{ns}/reviews")]["hash"].as_str()?;
+            let hash = de["status"]["subsetsStatus"][format!("{ns}/reviews")]["hash"].as_i64()?;
             (hash != first_hash && de["status"]["state"] == "ready").then_some(de)
         })
         .await;

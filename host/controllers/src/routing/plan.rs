@@ -464,7 +464,7 @@ struct EntryPlan {
     clone_name: String,
     clone_ns: String,
     clone_status: String,
-    hash: String,
+    hash: i64,
     errors: Errors,
     destination_rules: Vec<ResourceStatus>,
     uses: Vec<VsUse>,
@@ -889,7 +889,7 @@ impl<'a> Planner<'a> {
                 ir_key: entry_ir.clone(),
                 clone_name: names::clone_name(de_ns, de_name, &subset.namespace, &subset.name),
                 clone_ns: subset.namespace.clone(),
-                hash: clone::json_hash(subset, 10),
+                hash: clone::json_hash_int(subset),
                 ..EntryPlan::default()
             };
             if consumer && subsets.contains(&(subset.namespace.as_str(), subset.name.as_str())) {
@@ -1657,7 +1657,7 @@ fn finish_dynamic_env(
                     name: deployment.name,
                     namespace: deployment.namespace,
                     status: deployment.status,
-                    hash: entry.hash.clone(),
+                    hash: entry.hash,
                     errors: errs(&entry.errors.all().cloned().collect::<Vec<_>>()),
                 },
             );
@@ -1675,7 +1675,7 @@ fn finish_dynamic_env(
                         virtual_services: errs(&e.virtual_services),
                         subset: errs(&e.subset),
                     }),
-                    hash: entry.hash.clone(),
+                    hash: entry.hash,
                 },
             );
         }
@@ -1744,7 +1744,7 @@ fn removing_status(
                     .map(|(ns, n)| removing(ns, n))
                     .collect(),
                 subset_errors: None,
-                hash: prev.hash.clone(),
+                hash: prev.hash,
             },
         );
     }
@@ -1759,7 +1759,7 @@ fn removing_status(
                 name: prev.name.clone(),
                 namespace: prev.namespace.clone(),
                 status: status::REMOVING.into(),
-                hash: prev.hash.clone(),
+                hash: prev.hash,
                 errors: Vec::new(),
             },
         );
