@@ -1549,7 +1549,9 @@ fn finish_dynamic_env(
     let mut not_ready = 0;
     let mut degraded = false;
     for entry in &mut de.entries {
-        let mut vs_status: BTreeMap<(String, String), &'static str> = BTreeMap::new();
+        // In discovery order (each root VirtualService, then its delegates), as upstream lists
+        // them.
+        let mut vs_status: Vec<((String, String), &'static str)> = Vec::new();
         let mut routed_hosts = 0;
         let mut dr_less_vs = false;
         let mut call_failed = false;
@@ -1591,9 +1593,10 @@ fn finish_dynamic_env(
                 status::IGNORED_MISSING_VS => 2,
                 _ => 3,
             };
-            let slot = vs_status.entry(id).or_insert(value);
-            if rank(value) < rank(slot) {
-                *slot = value;
+            match vs_status.iter_mut().find(|(seen, _)| *seen == id) {
+                Some((_, slot)) if rank(value) < rank(slot) => *slot = value,
+                Some(_) => {}
+                None => vs_status.push((id, value)),
             }
         }
         if entry.routed_step {
