@@ -712,6 +712,14 @@ const NEEDS: &[(Account, Scope, &str, &str, &[&str])] = &[
         "statefulsets/scale",
         &["get", "patch"],
     ),
+    // Scaling reads the replicas of StatefulSet targets from a watch cache.
+    (
+        OPERATOR,
+        Scope::Watched,
+        "apps",
+        "statefulsets",
+        &["list", "watch"],
+    ),
     (
         OPERATOR,
         Scope::Watched,
