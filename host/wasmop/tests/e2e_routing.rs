@@ -133,7 +133,9 @@ async fn create_update_and_delete_restore_every_virtual_service() {
             json!([{"name": "reviews", "namespace": ns, "status": "running"}])
         );
         assert!(entry.get("subsetErrors").is_none(), "{entry}");
-        let first_hash = entry["hash"].as_i64().expect("an integer hash, as upstream's");
+        let first_hash = entry["hash"]
+            .as_i64()
+            .expect("an integer hash, as upstream's");
         assert_eq!(
             status["consumersStatus"][format!("{ns}/details")]["status"],
             "running"
