@@ -1,6 +1,6 @@
 # A newcomer's two commands: `make demo` (the main job) and `make test` (every test, as CI runs
 # it). The other targets run one tier each; CONTRIBUTING.md says what each covers.
-.PHONY: demo test setup lint unit e2e bench cluster-up cluster-down
+.PHONY: demo test setup lint unit e2e bench bench-scale cluster-up cluster-down
 
 demo:
 	./scripts/demo.sh
@@ -27,6 +27,10 @@ e2e:
 # Every benchmark, side by side ratios printed at the end of each (docs/performance.md).
 bench:
 	./scripts/bench.sh
+
+# The scale benchmark side by side with KubeElasti (about two hours; not part of `make bench`).
+bench-scale:
+	./scripts/bench.sh scale
 
 cluster-up:
 	./deploy/dev/cluster.sh up
