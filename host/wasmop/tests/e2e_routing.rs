@@ -30,11 +30,12 @@ struct Names {
 }
 
 fn names_of(ns: &str, de: &str, deployment: &str) -> Names {
+    let clone = names::clone_name(ns, de, ns, deployment);
     Names {
-        clone: names::clone_name(ns, de, ns, deployment),
         version: names::version(ns, de),
         destination_rule: names::destination_rule_name(ns, de, ns, deployment, deployment),
-        prefix: names::route_prefix(ns, de, ns, deployment, deployment),
+        prefix: names::route_prefix(ns, de, ns, deployment, deployment, &clone),
+        clone,
     }
 }
 

@@ -444,8 +444,7 @@ async fn a_service_with_an_empty_selector_matches_nothing() {
         .iter()
         .map(|d| d.name.as_str())
         .collect();
-    assert_eq!(hosts.len(), 1, "{hosts:?}");
-    assert!(hosts[0].contains("-reviews-"), "{hosts:?}");
+    assert_eq!(hosts, ["reviews-bookinfo-jason-reviews"]);
     assert!(
         !p.writes.iter().any(|w| w.key().contains("everything")),
         "nothing is written for the Service with the empty selector"
@@ -484,6 +483,127 @@ async fn every_generated_name_is_a_dns_label_of_at_most_63_characters() {
         }
     }
     assert_eq!(names_seen.len(), 2, "a clone and a DestinationRule");
+}
+
+/// A DynamicEnv of `reviews` in namespace `bookinfo`, made at second `age`.
+fn dynamic_env(ns: &str, name: &str, age: u32) -> Arc<wasmop_api::dynamicenv::DynamicEnv> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "wasmop.dev/v1alpha1",
+            "kind": "DynamicEnv",
+            "metadata": {"namespace": ns, "name": name,
+                "creationTimestamp": format!("2026-01-01T00:00:{age:02}Z")},
+            "spec": {
+                "istioMatches": [{"headers": {"end-user": {"exact": name}}}],
+                "subsets": [{"namespace": "bookinfo", "name": "reviews"}],
+            },
+        }))
+        .unwrap(),
+    )
+}
+
+/// The clone a plan wants for `de`: its name and its version label.
+fn clone_of(p: &Plan, de: &str) -> (String, String) {
+    let name = p.status[de].subsets_status["bookinfo/reviews"]
+        .deployment
+        .name
+        .clone();
+    let version = p
+        .writes
+        .iter()
+        .find_map(|w| match w {
+            Write::Apply { object, .. } if object["metadata"]["name"] == name.as_str() => {
+                object["metadata"]["labels"]["version"]
+                    .as_str()
+                    .map(str::to_owned)
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    (name, version)
+}
+
+#[tokio::test]
+async fn names_are_upstreams_unless_taken_and_objects_keep_the_names_they_have() {
+    let mut s = read(&fixtures().join("names-prefixing-each-other"));
+    // Upstream's version `<ns>-<name>` is `bookinfo-x-y` for both; the older keeps it.
+    let older = dynamic_env("bookinfo-x", "y", 1);
+    let newer = dynamic_env("bookinfo", "x-y", 2);
+    // Its upstream clone name is held by a Deployment nobody made.
+    let squatted = dynamic_env("bookinfo", "own", 3);
+    // Made by an earlier release: its clone has the digest form.
+    let earlier = dynamic_env("bookinfo", "old", 4);
+    s.dynamic_envs = vec![newer, older, squatted, earlier];
+    s.claims = names::Claims::new(s.dynamic_envs.iter().map(AsRef::as_ref));
+    let deployment = |name: &str, annotations: Value, version: &str| -> Arc<Deployment> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"namespace": "bookinfo", "name": name, "annotations": annotations,
+                    "labels": {"app": "reviews", "version": version}},
+                "spec": {"selector": {"matchLabels": {"app": "reviews", "version": version}},
+                    "template": {"metadata": {"labels": {"app": "reviews", "version": version}}}},
+            }))
+            .unwrap(),
+        )
+    };
+    s.deployments
+        .push(deployment("reviews-bookinfo-own", json!({}), "mine"));
+    let old_clone = names::digest_clone_name("bookinfo", "old", "bookinfo", "reviews");
+    let old_version = names::digest_version("bookinfo", "old");
+    s.deployments.push(deployment(
+        &old_clone,
+        json!({"wasmop.dev/dynamicenv": "bookinfo/old", "wasmop.dev/subset": "bookinfo/reviews"}),
+        &old_version,
+    ));
+
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    assert_eq!(
+        clone_of(&p, "bookinfo-x/y"),
+        ("reviews-bookinfo-x-y".into(), "bookinfo-x-y".into())
+    );
+    let v = names::digest_version("bookinfo", "x-y");
+    assert_eq!(clone_of(&p, "bookinfo/x-y"), (format!("reviews-{v}"), v));
+    assert_eq!(
+        clone_of(&p, "bookinfo/own"),
+        (
+            names::digest_clone_name("bookinfo", "own", "bookinfo", "reviews"),
+            "bookinfo-own".into()
+        )
+    );
+    assert_eq!(
+        clone_of(&p, "bookinfo/old"),
+        (old_clone.clone(), old_version)
+    );
+    for w in &p.writes {
+        assert!(
+            !matches!(w, Write::Delete { .. }),
+            "nothing is renamed or taken over: {w:?}"
+        );
+        if let Write::Apply { object, .. } = w {
+            assert_ne!(object["metadata"]["name"], "reviews-bookinfo-own");
+        }
+    }
+    let dr = &p.status["bookinfo/old"].subsets_status["bookinfo/reviews"].destination_rules;
+    assert_eq!(dr[0].name, format!("{old_clone}-reviews"));
+
+    // Once applied, the plan converges: nothing is renamed on the next passes.
+    let router = native();
+    apply(&mut s, &p);
+    let second = plan(&s, &router, &PlanConfig::default()).await;
+    apply(&mut s, &second);
+    let third = plan(&s, &router, &PlanConfig::default()).await;
+    assert!(third.writes.is_empty(), "{:#?}", third.writes);
+    // The older one gone, the newer keeps the names its objects have.
+    s.dynamic_envs.retain(|d| d.name_any() != "y");
+    s.claims = names::Claims::new(s.dynamic_envs.iter().map(AsRef::as_ref));
+    let after = plan(&s, &router, &PlanConfig::default()).await;
+    assert_eq!(
+        after.status["bookinfo/x-y"].subsets_status["bookinfo/reviews"]
+            .deployment
+            .name,
+        format!("reviews-{}", names::digest_version("bookinfo", "x-y"))
+    );
 }
 
 /// A router that fails every call.

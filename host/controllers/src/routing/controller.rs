@@ -260,6 +260,7 @@ impl Routing {
             virtual_services: self
                 .virtual_services
                 .view(self.caches.virtual_services.state()),
+            claims: names::Claims::new(self.caches.dynamic_envs.state().iter().map(AsRef::as_ref)),
         }
     }
 

@@ -525,6 +525,7 @@ struct Planner<'a> {
     /// Tokens of subsets whose routes are kept as they are (their plan failed).
     kept_tokens: Vec<String>,
     tokens: BTreeSet<String>,
+    claims: &'a names::Claims,
 }
 
 /// Plans every DynamicEnv of `snapshot`; see the module documentation.
@@ -538,6 +539,7 @@ pub async fn plan(snapshot: &Snapshot, router: &Arc<dyn Router>, cfg: &PlanConfi
         chains: BTreeMap::new(),
         kept_tokens: Vec::new(),
         tokens: BTreeSet::new(),
+        claims: &snapshot.claims,
     };
     let mut des: Vec<DePlan> = snapshot
         .dynamic_envs
@@ -839,6 +841,77 @@ fn selects(svc: &Service, labels: &BTreeMap<String, String>) -> bool {
 }
 
 impl<'a> Planner<'a> {
+    /// The version of DynamicEnv `key`: the one its clones carry when they carry one of its
+    /// two forms (so nothing is renamed), else the one the claims give it (`names`).
+    fn version_of(&self, de_ns: &str, de_name: &str, key: &str) -> String {
+        let forms = [
+            names::version(de_ns, de_name),
+            names::digest_version(de_ns, de_name),
+        ];
+        let carried = self
+            .index
+            .owned
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|(kind, _)| *kind == "Deployment")
+            .filter_map(|(_, meta)| meta.labels.as_ref()?.get(&self.cfg.version_label))
+            .find(|v| forms.contains(v));
+        carried
+            .cloned()
+            .unwrap_or_else(|| self.claims.version(de_ns, de_name))
+    }
+
+    /// The name for an object of this DynamicEnv: the form an object it made already has,
+    /// else `plain` unless an object of that name exists that it did not make, else `digest`.
+    fn pick_name(
+        owner: &str,
+        existing: impl Fn(&str) -> Option<&'a ObjectMeta>,
+        plain: String,
+        digest: String,
+    ) -> String {
+        let mine = |name: &str| existing(name).is_some_and(|m| clone::owner(m) == Some(owner));
+        if mine(&plain) {
+            plain
+        } else if mine(&digest) || existing(&plain).is_some() {
+            digest
+        } else {
+            plain
+        }
+    }
+
+    fn clone_name_of(&self, version: &str, de_ns: &str, de_name: &str, subset: &Subset) -> String {
+        let (ns, dep) = (subset.namespace.as_str(), subset.name.as_str());
+        Self::pick_name(
+            &format!("{de_ns}/{de_name}"),
+            |name| self.index.deployments.get(&(ns, name)).map(|d| &d.metadata),
+            self.claims.clone_name(version, de_ns, de_name, ns, dep),
+            names::digest_clone_name(de_ns, de_name, ns, dep),
+        )
+    }
+
+    fn destination_rule_name_of(
+        &self,
+        clone_name: &str,
+        de_ns: &str,
+        de_name: &str,
+        subset: &Subset,
+        host: &str,
+    ) -> String {
+        let (ns, dep) = (subset.namespace.as_str(), subset.name.as_str());
+        Self::pick_name(
+            &format!("{de_ns}/{de_name}"),
+            |name| {
+                self.index
+                    .destination_rules_by_name
+                    .get(&(ns, name))
+                    .map(|d| &d.metadata)
+            },
+            names::destination_rule_name_for(clone_name, de_ns, de_name, ns, dep, host),
+            names::digest_destination_rule_name(de_ns, de_name, ns, dep, host),
+        )
+    }
+
     fn plan_dynamic_env(&mut self, de: &'a DynamicEnv) -> DePlan {
         let (de_ns, de_name) = ns_name(&de.metadata);
         let key = format!("{de_ns}/{de_name}");
@@ -851,7 +924,7 @@ impl<'a> Planner<'a> {
             token,
             ..Interest::default()
         };
-        let version = names::version(de_ns, de_name);
+        let version = self.version_of(de_ns, de_name, &key);
         let matches = istio_matches(de);
         let mut entries = Vec::new();
         let subsets: BTreeSet<(&str, &str)> = de
@@ -887,7 +960,7 @@ impl<'a> Planner<'a> {
                 consumer,
                 key: entry_key.clone(),
                 ir_key: entry_ir.clone(),
-                clone_name: names::clone_name(de_ns, de_name, &subset.namespace, &subset.name),
+                clone_name: self.clone_name_of(&version, de_ns, de_name, subset),
                 clone_ns: subset.namespace.clone(),
                 hash: clone::json_hash_int(subset),
                 ..EntryPlan::default()
@@ -1221,7 +1294,7 @@ impl<'a> Planner<'a> {
         let (de_ns, de_name) = ns_name(&de.metadata);
         let owner = format!("{de_ns}/{de_name}");
         let ns = subset.namespace.as_str();
-        let name = names::destination_rule_name(de_ns, de_name, ns, &subset.name, host);
+        let name = self.destination_rule_name_of(&entry.clone_name, de_ns, de_name, subset, host);
         let dr_key = ir::key("DestinationRule", ns, &name);
         let label = self.cfg.version_label.as_str();
         let base =
@@ -1392,7 +1465,14 @@ impl<'a> Planner<'a> {
             namespace: ns.to_owned(),
             default_version: default_version.to_owned(),
             matches: matches.to_vec(),
-            route_prefix: names::route_prefix(de_ns, de_name, ns, &subset.name, host),
+            route_prefix: names::route_prefix(
+                de_ns,
+                de_name,
+                ns,
+                &subset.name,
+                host,
+                &entry.clone_name,
+            ),
             virtual_service: String::new(),
         };
         let roots = self

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::istio::{DestinationRule, VirtualService};
+use super::names::Claims;
 use wasmop_api::dynamicenv::DynamicEnv;
 
 /// What a plan reads. Objects without a namespace are read as in `default`, as kubectl would
@@ -27,6 +28,9 @@ pub struct Snapshot {
     pub destination_rules: Vec<Arc<DestinationRule>>,
     /// VirtualServices, cluster-wide (delegates included).
     pub virtual_services: Vec<Arc<VirtualService>>,
+    /// Which DynamicEnv holds a name several would share, from every DynamicEnv there is
+    /// (the controller's cache; for `read_dir`, those read).
+    pub claims: Claims,
 }
 
 /// A document of the input that is not one of the kinds a plan reads.
@@ -125,6 +129,7 @@ impl Snapshot {
                 }
             }
         }
+        snapshot.claims = Claims::new(snapshot.dynamic_envs.iter().map(AsRef::as_ref));
         Ok((snapshot, skipped))
     }
 }
