@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use wasmop_controllers::routing::names;
 use wasmop_tests::routing::{
@@ -28,6 +28,9 @@ struct Names {
     destination_rule: String,
     prefix: String,
 }
+
+/// Upstream's `riskified.com/dynamic-environment`, renamed with the API group.
+const DE_ANNOTATION: &str = "wasmop.dev/dynamic-environment";
 
 fn names_of(ns: &str, de: &str, deployment: &str) -> Names {
     let clone = names::clone_name(ns, de, ns, deployment);
@@ -162,7 +165,17 @@ async fn create_update_and_delete_restore_every_virtual_service() {
         assert_eq!(c.image.as_deref(), Some(REVIEWS_V3));
         assert_eq!(c.env.as_ref().unwrap()[0].name, "STAR_COLOR");
         let details = clone_deployment(&client, &ns, &consumer).await.unwrap();
-        assert_eq!(details.status.unwrap().ready_replicas, Some(1));
+        assert_eq!(details.status.as_ref().unwrap().ready_replicas, Some(1));
+        // Upstream's annotation, renamed with the API group, where upstream puts it.
+        let owner = format!("{ns}/jason");
+        for d in [&clone, &details] {
+            assert_eq!(
+                d.annotations().get(DE_ANNOTATION),
+                Some(&owner),
+                "{}",
+                d.name_any()
+            );
+        }
 
         // The DestinationRule: the base's host and traffic policy, one subset.
         let dr = get(&client, &ns, VS, "DestinationRule", &n.destination_rule)
@@ -175,6 +188,14 @@ async fn create_update_and_delete_restore_every_virtual_service() {
                 "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}},
                 "subsets": [{"name": n.version, "labels": {"version": n.version}}]
             })
+        );
+        assert_eq!(dr["metadata"]["annotations"][DE_ANNOTATION], json!(owner));
+        let reviews = get(&client, &ns, VS, "VirtualService", "reviews")
+            .await
+            .unwrap();
+        assert_eq!(
+            reviews["metadata"]["annotations"][DE_ANNOTATION],
+            json!(owner)
         );
 
         // The routes, exactly; the consumer's base VirtualService is untouched.
@@ -255,9 +276,14 @@ async fn create_update_and_delete_restore_every_virtual_service() {
             .await
             .unwrap();
         assert_eq!(reviews["spec"], original_reviews["spec"]);
+        let mut annotations = original_reviews["metadata"]["annotations"].clone();
+        if annotations.is_null() {
+            annotations = json!({});
+        }
+        annotations[DE_ANNOTATION] = json!("");
         assert_eq!(
-            reviews["metadata"]["annotations"], original_reviews["metadata"]["annotations"],
-            "nothing else was written to the VirtualService"
+            reviews["metadata"]["annotations"], annotations,
+            "nothing but upstream's emptied annotation was left on the VirtualService"
         );
         assert_eq!(
             get(&client, &ns, VS, "VirtualService", "details")

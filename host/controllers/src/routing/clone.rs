@@ -17,6 +17,11 @@ pub const SUBSET_ANNOTATION: &str = "wasmop.dev/subset";
 /// Annotation holding the digest of the object as last applied; an object whose annotation
 /// matches what the plan wants is not written again.
 pub const APPLIED_HASH_ANNOTATION: &str = "wasmop.dev/applied-hash";
+/// Annotation upstream's users look for (upstream's `riskified.com/dynamic-environment`,
+/// renamed with the API group): `<namespace>/<name>` of the DynamicEnv on every clone and
+/// DestinationRule it made; on a VirtualService, the DynamicEnvs with routes in it, comma-joined
+/// in the order they first routed it, `""` once the last has gone ([`with_dynamic_env`]).
+pub const DYNAMIC_ENVIRONMENT_ANNOTATION: &str = "wasmop.dev/dynamic-environment";
 /// Label on every clone and its pods (as upstream).
 pub(crate) const DYNAMIC_ENV_LABEL: &str = "dynamic-env";
 
@@ -138,6 +143,10 @@ pub fn clone_deployment(
     labels.insert(DYNAMIC_ENV_LABEL.to_owned(), "true".to_owned());
     let mut annotations = BTreeMap::from([
         (OWNER_ANNOTATION.to_owned(), c.owner.to_owned()),
+        (
+            DYNAMIC_ENVIRONMENT_ANNOTATION.to_owned(),
+            c.owner.to_owned(),
+        ),
         (SUBSET_ANNOTATION.to_owned(), c.subset_key.to_owned()),
     ]);
     let mut object = serde_json::json!({
@@ -154,6 +163,25 @@ pub fn clone_deployment(
     annotations.insert(APPLIED_HASH_ANNOTATION.to_owned(), json_hash(&object, 16));
     object["metadata"]["annotations"] = serde_json::to_value(annotations).unwrap_or_default();
     Ok(object)
+}
+
+/// The value of [`DYNAMIC_ENVIRONMENT_ANNOTATION`] on a VirtualService that had `current`, once
+/// DynamicEnv `owner` (`<namespace>/<name>`) has routes in it (`routed`) or not: `owner`
+/// appended when it routes and is not listed, removed when it does not; the others stay in
+/// their order. An empty list is `""`, as upstream's `pkg/watches/enqueue_annotations.go`
+/// leaves it.
+pub fn with_dynamic_env(current: Option<&str>, owner: &str, routed: bool) -> String {
+    let mut list: Vec<&str> = current
+        .unwrap_or_default()
+        .split(',')
+        .filter(|e| !e.is_empty())
+        .collect();
+    if !routed {
+        list.retain(|e| *e != owner);
+    } else if !list.contains(&owner) {
+        list.push(owner);
+    }
+    list.join(",")
 }
 
 fn apply_overrides(
@@ -268,6 +296,27 @@ pub(crate) fn deployment_status(d: &Deployment) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_virtual_service_annotation_lists_the_dynamic_envs_routing_it_as_upstream() {
+        use super::with_dynamic_env as w;
+        assert_eq!(w(None, "default/a", true), "default/a");
+        assert_eq!(w(Some(""), "default/a", true), "default/a");
+        assert_eq!(
+            w(Some("default/a"), "default/b", true),
+            "default/a,default/b"
+        );
+        assert_eq!(
+            w(Some("default/a,default/b"), "default/a", true),
+            "default/a,default/b"
+        );
+        assert_eq!(
+            w(Some("default/a,default/b"), "default/a", false),
+            "default/b"
+        );
+        assert_eq!(w(Some("default/a"), "default/a", false), "");
+        assert_eq!(w(None, "default/a", false), "");
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -326,6 +375,10 @@ mod tests {
         );
         let annotations = meta["annotations"].as_object().unwrap();
         assert_eq!(annotations[OWNER_ANNOTATION], "default/sample");
+        assert_eq!(
+            annotations[DYNAMIC_ENVIRONMENT_ANNOTATION],
+            "default/sample"
+        );
         assert_eq!(annotations[SUBSET_ANNOTATION], "default/reviews");
         assert_eq!(
             annotations[APPLIED_HASH_ANNOTATION].as_str().unwrap().len(),
@@ -333,7 +386,7 @@ mod tests {
         );
         assert_eq!(
             annotations.len(),
-            3,
+            4,
             "the base's annotations are not copied"
         );
         let s = &clone["spec"];

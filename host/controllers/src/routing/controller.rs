@@ -518,14 +518,47 @@ impl Routing {
             let (redone, _) = run_chain(router, &current, chain).await;
             (now, redone)
         };
-        if before == after {
+        let token = names::route_token(&de.namespace().unwrap_or_default(), &de.name_any());
+        let ours = |list: &[Value]| {
+            list.iter()
+                .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(token.as_str())))
+                .count()
+        };
+        let (had, has) = (ours(&before), ours(&after));
+        let annotations = current.metadata.annotations.as_ref();
+        let listed = annotations
+            .and_then(|a| a.get(clone::DYNAMIC_ENVIRONMENT_ANNOTATION))
+            .map(String::as_str);
+        let list = clone::with_dynamic_env(listed, &de_key(de), has > 0);
+        if before == after && listed == Some(list.as_str()) {
             return Ok(());
         }
         let mut ops = Vec::new();
         if current.spec.http.is_some() {
             ops.push(serde_json::json!({"op": "test", "path": "/spec/http", "value": before}));
         }
-        ops.push(serde_json::json!({"op": "add", "path": "/spec/http", "value": after}));
+        if before != after {
+            ops.push(serde_json::json!({"op": "add", "path": "/spec/http", "value": after}));
+        }
+        if listed != Some(list.as_str()) {
+            // JSON pointer: `/` in the key is `~1`.
+            let path = format!(
+                "/metadata/annotations/{}",
+                clone::DYNAMIC_ENVIRONMENT_ANNOTATION.replace('/', "~1")
+            );
+            match (annotations, listed) {
+                (None, _) => ops.push(serde_json::json!({"op": "add",
+                    "path": "/metadata/annotations",
+                    "value": {clone::DYNAMIC_ENVIRONMENT_ANNOTATION: list}})),
+                (Some(_), Some(was)) => {
+                    ops.push(serde_json::json!({"op": "test", "path": path, "value": was}));
+                    ops.push(serde_json::json!({"op": "add", "path": path, "value": list}));
+                }
+                (Some(_), None) => {
+                    ops.push(serde_json::json!({"op": "add", "path": path, "value": list}));
+                }
+            }
+        }
         let patch: json_patch::Patch =
             serde_json::from_value(Value::Array(ops)).expect("a well-formed JSON patch");
         let api: Api<VirtualService> = Api::namespaced(self.ctx.kernel.client.clone(), &key.0);
@@ -550,13 +583,9 @@ impl Routing {
             current.metadata.resource_version.clone(),
             Some(written),
         );
-        let token = names::route_token(&de.namespace().unwrap_or_default(), &de.name_any());
-        let ours = |list: &[Value]| {
-            list.iter()
-                .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(token.as_str())))
-                .count()
-        };
-        let (had, has) = (ours(&before), ours(&after));
+        if before == after {
+            return Ok(());
+        }
         let (reason, action) = if has == 0 {
             ("RoutesRemoved", "RemoveRoutes")
         } else {

@@ -1392,6 +1392,7 @@ impl<'a> Planner<'a> {
         }
         let mut annotations = serde_json::json!({
             clone::OWNER_ANNOTATION: owner,
+            clone::DYNAMIC_ENVIRONMENT_ANNOTATION: owner,
             clone::SUBSET_ANNOTATION: entry.key,
         });
         let mut object = serde_json::json!({
