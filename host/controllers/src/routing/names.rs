@@ -3,15 +3,16 @@
 //!
 //! **Upstream's names where they work.** As upstream (`pkg/helpers/helpers.go`), the version is
 //! `<ns[:20]>-<name[:40]>`, a clone is `<deployment>-<version>` and its DestinationRule
-//! `<clone>-<service>`. wasmop uses exactly these whenever they are RFC 1123 DNS labels of at
-//! most 63 characters (lowercase letters, digits and `-`, starting and ending with a letter or
-//! digit) and unambiguous. Where they are not, the name is the digest form: a readable part
+//! `<clone>-<service>`. wasmop uses exactly these whenever they are valid and unambiguous:
+//! the version and the clone RFC 1123 DNS labels of at most 63 characters (lowercase letters,
+//! digits and `-`, starting and ending with a letter or digit), the DestinationRule a DNS
+//! subdomain (a custom resource's name, at most 253 characters). Where they are not, the name is the digest form: a readable part
 //! cut so the whole fits, then `-` and 8 hex characters of the sha256 of the identity it
 //! stands for (the namespace and name of every object involved, NUL-separated). The digest
 //! form is used:
 //!
-//! - when upstream's name is not a DNS label or is longer than 63 characters (a dotted
-//!   DynamicEnv name, a cut that ends in `-`, a long Deployment or Service name);
+//! - when upstream's name is not valid so (a dotted DynamicEnv name, a cut that ends in `-`,
+//!   a long Deployment name);
 //! - when two DynamicEnvs would share a version (`a-b`/`c` and `a`/`b-c`, or names sharing
 //!   their first 40 characters), or two clones in one namespace a name: the oldest DynamicEnv
 //!   (creation time, then namespace and name) keeps upstream's, the others take the digest
@@ -65,6 +66,20 @@ pub fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// Whether `s` is a DNS subdomain as Kubernetes checks object names (`IsDNS1123Subdomain`):
+/// at most 253 characters, dot-separated parts of lowercase letters, digits and `-`, each
+/// starting and ending with a letter or digit (no limit per part).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        })
 }
 
 /// `readable` made a DNS label and cut so that `-<hash>` fits in 63 characters, then
@@ -163,7 +178,8 @@ pub fn digest_destination_rule_name(
 }
 
 /// The DestinationRule of clone `clone` (of `ns/deployment`) for service host `service`:
-/// upstream's `<clone>-<service>` when that is a DNS label, else
+/// upstream's `<clone>-<service>` when that is a DNS subdomain (a custom resource's name may
+/// be one, up to 253 characters, and upstream's often pass 63), else
 /// [`digest_destination_rule_name`].
 pub fn destination_rule_name_for(
     clone: &str,
@@ -174,7 +190,7 @@ pub fn destination_rule_name_for(
     service: &str,
 ) -> String {
     let plain = format!("{clone}-{service}");
-    if is_dns_label(&plain) {
+    if is_dns_subdomain(&plain) {
         plain
     } else {
         digest_destination_rule_name(de_ns, de_name, ns, deployment, service)
@@ -383,11 +399,12 @@ mod tests {
                 digest_version(de_ns, de_name),
                 clone_name(de_ns, de_name, ns, dep),
                 digest_clone_name(de_ns, de_name, ns, dep),
-                destination_rule_name(de_ns, de_name, ns, dep, svc),
                 digest_destination_rule_name(de_ns, de_name, ns, dep, svc),
             ] {
                 assert!(is_dns_label(&name), "{name:?}");
             }
+            let dr = destination_rule_name(de_ns, de_name, ns, dep, svc);
+            assert!(is_dns_subdomain(&dr), "{dr:?}");
         }
     }
 
@@ -407,6 +424,11 @@ mod tests {
         assert_eq!(
             clone_name("default", de, "default", "details"),
             "details-default-dynamicenv-multiple-services-per-deploym"
+        );
+        // A DestinationRule is a custom resource: over 63 characters is fine.
+        assert_eq!(
+            destination_rule_name("default", de, "default", "details", "details"),
+            "details-default-dynamicenv-multiple-services-per-deploym-details"
         );
         assert_eq!(
             version("a-very-long-namespace-name", "n"),
