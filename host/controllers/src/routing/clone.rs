@@ -53,13 +53,6 @@ pub(crate) fn json_hash(value: &impl serde::Serialize, len: usize) -> String {
     super::names::digest(&[&text])[..len].to_owned()
 }
 
-/// The first 64 bits of the sha256 of the JSON of `value`, as a signed integer (the status
-/// `hash`, an int64 as upstream's).
-pub(crate) fn json_hash_int(value: &impl serde::Serialize) -> i64 {
-    let bits = u64::from_str_radix(&json_hash(value, 16), 16).unwrap_or_default();
-    i64::from_ne_bytes(bits.to_ne_bytes())
-}
-
 /// What the clone is made from.
 pub struct CloneSpec<'a> {
     /// `<namespace>/<name>` of the DynamicEnv.

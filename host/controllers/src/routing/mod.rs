@@ -11,7 +11,8 @@
 //! - [`plan`](mod@plan): `plan(snapshot, router) -> Plan`, pure apart from the router calls; the
 //!   controller and `wasmop plan` run the same function.
 //! - [`ir`]: the dumpable intermediate representation.
-//! - [`names`], [`clone`], [`istio`]: generated names, the clone Deployments, Istio's types.
+//! - [`names`], [`clone`], [`istio`]: generated names, the clone Deployments, Istio's types;
+//!   [`gohash`]: the status `hash` as upstream computes it.
 //! - [`router`]: the router behind a small trait (wasm component, native library, stand-in).
 //! - [`controller`]: the kube-runtime controller and the thin apply step.
 
@@ -19,6 +20,7 @@ mod answer;
 pub mod clone;
 pub mod controller;
 pub mod error;
+pub mod gohash;
 pub mod ir;
 pub mod istio;
 pub mod names;

@@ -962,7 +962,7 @@ impl<'a> Planner<'a> {
                 ir_key: entry_ir.clone(),
                 clone_name: self.clone_name_of(&version, de_ns, de_name, subset),
                 clone_ns: subset.namespace.clone(),
-                hash: clone::json_hash_int(subset),
+                hash: super::gohash::subset_hash(subset),
                 ..EntryPlan::default()
             };
             if consumer && subsets.contains(&(subset.namespace.as_str(), subset.name.as_str())) {
