@@ -520,6 +520,16 @@ impl Operator {
         .await
     }
 
+    /// As the chart installs it without `operator.watchNamespace`: every namespace, every
+    /// custom resource. Only for a test that runs alone (its own test binary, one test), since
+    /// it reconciles every other test's objects too.
+    ///
+    /// # Panics
+    /// When the operator exits or is not ready within 60 s.
+    pub async fn start_cluster_wide(bin: &str, ns: &str, extra_args: &[&str]) -> Self {
+        Self::launch(bin, ns, &format!("wasmop-{ns}"), &[], extra_args).await
+    }
+
     /// Starts `wasmop run` in operator namespace `ns` with `scope_args` (what it watches).
     async fn launch(
         bin: &str,

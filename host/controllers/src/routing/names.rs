@@ -13,8 +13,9 @@
 //!
 //! - when upstream's name is not valid so (a dotted DynamicEnv name, a cut that ends in `-`,
 //!   a long Deployment name);
-//! - when two DynamicEnvs would share a version (`a-b`/`c` and `a`/`b-c`, or names sharing
-//!   their first 40 characters), or two clones in one namespace a name: the oldest DynamicEnv
+//! - when two DynamicEnvs with entries in one namespace would share a version (`a-b`/`c` and
+//!   `a`/`b-c`, or names sharing their first 40 characters), or two clones in one namespace a
+//!   name: the oldest DynamicEnv
 //!   (creation time, then namespace and name) keeps upstream's, the others take the digest
 //!   form ([`Claims`]);
 //! - when an object of that name exists that this DynamicEnv did not make (it is never taken
@@ -211,15 +212,31 @@ pub fn destination_rule_name(
 }
 
 /// Which DynamicEnv holds upstream's version and clone names where several would share one:
-/// the oldest (creation time, then `namespace/name`). Built from every DynamicEnv of the
-/// cluster (the controller's cache) or of the input (`wasmop plan`); the default holds no
-/// claim, so every name is the one a DynamicEnv alone would get.
+/// the oldest (creation time, then `namespace/name`). A version is contested only among
+/// DynamicEnvs with an entry in the same namespace, since a version label selects pods behind
+/// a Service of one namespace; a clone name within its namespace. Built from every DynamicEnv
+/// of the cluster (the controller's cache) or of the input (`wasmop plan`); the default holds
+/// no claim, so every name is the one a DynamicEnv alone would get.
 #[derive(Clone, Debug, Default)]
 pub struct Claims {
-    /// Plain version → `namespace/name` of the DynamicEnv holding it.
-    versions: HashMap<String, String>,
+    /// `(namespace, plain version)` → `namespace/name` of the DynamicEnv holding it.
+    versions: HashMap<(String, String), String>,
     /// `(namespace, plain clone name)` → the DynamicEnv holding it.
     clones: HashMap<(String, String), String>,
+}
+
+/// The namespaces of a DynamicEnv's subsets and consumers.
+pub fn entry_namespaces(de: &DynamicEnv) -> Vec<&str> {
+    let mut namespaces: Vec<&str> = de
+        .spec
+        .subsets
+        .iter()
+        .chain(de.spec.consumers.iter().flatten())
+        .map(|s| s.namespace.as_str())
+        .collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    namespaces
 }
 
 impl Claims {
@@ -237,12 +254,15 @@ impl Claims {
         for de in des {
             let (de_ns, de_name) = (de.namespace().unwrap_or_default(), de.name_any());
             let key = format!("{de_ns}/{de_name}");
-            let version = claims.version(&de_ns, &de_name);
-            if is_dns_label(&version) && version == upstream_version(&de_ns, &de_name) {
-                claims
-                    .versions
-                    .entry(version.clone())
-                    .or_insert(key.clone());
+            let namespaces = entry_namespaces(de);
+            let version = claims.version(&de_ns, &de_name, &namespaces);
+            if version == upstream_version(&de_ns, &de_name) {
+                for ns in &namespaces {
+                    claims
+                        .versions
+                        .entry(((*ns).to_owned(), version.clone()))
+                        .or_insert_with(|| key.clone());
+                }
             }
             for s in de
                 .spec
@@ -255,7 +275,7 @@ impl Claims {
                     claims
                         .clones
                         .entry((s.namespace.clone(), clone))
-                        .or_insert(key.clone());
+                        .or_insert_with(|| key.clone());
                 }
             }
         }
@@ -266,11 +286,19 @@ impl Claims {
         holder.is_some_and(|h| h.split_once('/') != Some((de_ns, de_name)))
     }
 
-    /// The version of `de_ns/de_name`: [`version`], unless an older DynamicEnv holds the
-    /// same upstream version; then [`digest_version`].
-    pub fn version(&self, de_ns: &str, de_name: &str) -> String {
+    /// The version of `de_ns/de_name`, whose entries are in `namespaces`: [`version`], unless
+    /// an older DynamicEnv with an entry in one of them holds the same upstream version; then
+    /// [`digest_version`].
+    pub fn version(&self, de_ns: &str, de_name: &str, namespaces: &[&str]) -> String {
         let v = version(de_ns, de_name);
-        if Self::held_by_other(self.versions.get(&v), de_ns, de_name) {
+        let contested = namespaces.iter().any(|ns| {
+            Self::held_by_other(
+                self.versions.get(&((*ns).to_owned(), v.clone())),
+                de_ns,
+                de_name,
+            )
+        });
+        if contested {
             digest_version(de_ns, de_name)
         } else {
             v
@@ -454,21 +482,37 @@ mod tests {
         let older = de("a-b", "c", 1, &[("team", "reviews")]);
         let newer = de("a", "b-c", 2, &[("team", "reviews")]);
         let claims = Claims::new([&newer, &older]);
-        assert_eq!(claims.version("a-b", "c"), "a-b-c");
-        assert_eq!(claims.version("a", "b-c"), digest_version("a", "b-c"));
-        assert_ne!(claims.version("a", "b-c"), claims.version("a-b", "c"));
-        // Names sharing their first 40 characters.
+        let team = ["team"];
+        assert_eq!(claims.version("a-b", "c", &team), "a-b-c");
+        assert_eq!(
+            claims.version("a", "b-c", &team),
+            digest_version("a", "b-c")
+        );
+        // Names sharing their first 40 characters, with entries in one namespace.
         let base = "x".repeat(40);
         let (one, two) = (format!("{base}-one"), format!("{base}-two"));
-        let claims = Claims::new([&de("ns", &two, 1, &[]), &de("ns", &one, 2, &[])]);
-        assert_eq!(claims.version("ns", &two), format!("ns-{base}"));
-        assert_ne!(claims.version("ns", &one), claims.version("ns", &two));
+        let claims = Claims::new([
+            &de("ns", &two, 1, &[("team", "d")]),
+            &de("ns", &one, 2, &[("other", "e"), ("team", "d")]),
+        ]);
+        assert_eq!(claims.version("ns", &two, &team), format!("ns-{base}"));
+        assert_eq!(
+            claims.version("ns", &one, &["other", "team"]),
+            digest_version("ns", &one)
+        );
+        // In namespaces of their own they share upstream's version, as upstream's suite has
+        // them do (its pods and Services never meet).
+        let claims = Claims::new([
+            &de("ns", &two, 1, &[("team", "d")]),
+            &de("ns", &one, 2, &[("other", "d")]),
+        ]);
+        assert_eq!(claims.version("ns", &one, &["other"]), format!("ns-{base}"));
         // Distinct versions, one clone name: `a-b` + `c-d` and `a` + `b-c-d`.
         let older = de("c", "d", 1, &[("team", "a-b")]);
         let newer = de("b", "c-d", 2, &[("team", "a")]);
         let claims = Claims::new([&older, &newer]);
-        let v_old = claims.version("c", "d");
-        let v_new = claims.version("b", "c-d");
+        let v_old = claims.version("c", "d", &team);
+        let v_new = claims.version("b", "c-d", &team);
         assert_eq!((v_old.as_str(), v_new.as_str()), ("c-d", "b-c-d"));
         assert_eq!(
             claims.clone_name(&v_old, "c", "d", "team", "a-b"),
@@ -484,7 +528,7 @@ mod tests {
             "a-b-c-d"
         );
         // No claims: what a DynamicEnv alone gets.
-        assert_eq!(Claims::default().version("a", "b-c"), "a-b-c");
+        assert_eq!(Claims::default().version("a", "b-c", &team), "a-b-c");
     }
 
     #[test]

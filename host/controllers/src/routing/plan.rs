@@ -841,13 +841,11 @@ fn selects(svc: &Service, labels: &BTreeMap<String, String>) -> bool {
 }
 
 impl<'a> Planner<'a> {
-    /// The version of DynamicEnv `key`: the one its clones carry when they carry one of its
-    /// two forms (so nothing is renamed), else the one the claims give it (`names`).
-    fn version_of(&self, de_ns: &str, de_name: &str, key: &str) -> String {
-        let forms = [
-            names::version(de_ns, de_name),
-            names::digest_version(de_ns, de_name),
-        ];
+    /// The version of DynamicEnv `key`: the digest form if its clones carry it (so nothing is
+    /// renamed), else the one the claims give it (`names`).
+    fn version_of(&self, de: &DynamicEnv, key: &str) -> String {
+        let (de_ns, de_name) = ns_name(&de.metadata);
+        let digest = names::digest_version(de_ns, de_name);
         let carried = self
             .index
             .owned
@@ -856,10 +854,13 @@ impl<'a> Planner<'a> {
             .flatten()
             .filter(|(kind, _)| *kind == "Deployment")
             .filter_map(|(_, meta)| meta.labels.as_ref()?.get(&self.cfg.version_label))
-            .find(|v| forms.contains(v));
-        carried
-            .cloned()
-            .unwrap_or_else(|| self.claims.version(de_ns, de_name))
+            .any(|v| *v == digest);
+        if carried {
+            digest
+        } else {
+            self.claims
+                .version(de_ns, de_name, &names::entry_namespaces(de))
+        }
     }
 
     /// The name for an object of this DynamicEnv: the form an object it made already has,
@@ -924,7 +925,7 @@ impl<'a> Planner<'a> {
             token,
             ..Interest::default()
         };
-        let version = self.version_of(de_ns, de_name, &key);
+        let version = self.version_of(de, &key);
         let matches = istio_matches(de);
         let mut entries = Vec::new();
         let subsets: BTreeSet<(&str, &str)> = de
