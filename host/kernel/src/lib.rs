@@ -7,6 +7,7 @@
 //! - [`metrics`]: the process's Prometheus registry, with the write and reconcile metrics;
 //! - [`cache::cache`]: watch caches the controllers read instead of the API server;
 //! - [`client::client`]: the Kubernetes client, with counted backoff on 429, 503 and 504;
+//! - [`yaml::to_string`]: YAML that kubectl and istioctl read back as written;
 //! - [`FIELD_MANAGER`], [`shutdown_signal`] and [`unless_deleted_meanwhile`].
 //!
 //! The controllers (`wasmop-controllers`) and the resolver (`wasmop-resolver`) build on it; the
@@ -19,6 +20,7 @@ pub mod conditions;
 pub mod gate;
 pub mod metrics;
 pub mod text;
+pub mod yaml;
 
 use std::sync::Arc;
 

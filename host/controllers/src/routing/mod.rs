@@ -74,7 +74,7 @@ pub async fn plan_dir(
     }
     let plan = plan(&snapshot, router, cfg).await;
     Ok(match format {
-        OutputFormat::Yaml => serde_yaml::to_string(&plan)?,
+        OutputFormat::Yaml => wasmop_kernel::yaml::to_string(&serde_json::to_value(&plan)?),
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&plan)?),
     })
 }
