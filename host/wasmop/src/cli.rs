@@ -41,6 +41,8 @@ pub(crate) enum Command {
     },
     /// Plan offline: YAML files in, IR and planned objects out.
     Plan(PlanOptions),
+    /// Rewrite Riskified DynamicEnv and KubeElasti ElastiService manifests for wasmop.
+    Migrate(crate::migrate::MigrateOptions),
     /// Tools for plugin authors.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -125,6 +127,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Resolver(opts) => wasmop_resolver::run(opts).await,
         Command::Plan(opts) => plan(opts).await,
+        Command::Migrate(opts) => {
+            crate::migrate::migrate(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugin(command) => plugin_tools::run(command).await,
     }
 }

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod migrate;
 mod plugin_tools;
 mod registry_watch;
 mod run;
