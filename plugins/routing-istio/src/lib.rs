@@ -15,7 +15,13 @@
 //!    - `headers.response.add[<response header>]` = the clone's unique name (other header
 //!      operations kept);
 //!    - every `match` entry (one empty entry if the route has none) extended with the
-//!      `istioMatch` headers (same name overwritten) and source labels (merged);
+//!      `istioMatch` headers and source labels, so that the copy matches no request its
+//!      original would not: where the entry already has a condition on the same header, the
+//!      narrower of the two is kept (an `exact` or `prefix` value that starts with the other's
+//!      prefix, or two equal conditions); an entry whose condition cannot be narrowed so (two
+//!      different `exact` values, different regexes, another value of the same source label),
+//!      or whose `withoutHeaders` excludes every value the `istioMatch` allows, is left out of
+//!      the copy, and a copy left without entries is not made;
 //!    - no `delegate`.
 //! 4. Every other route is kept unchanged and in order.
 //!
@@ -241,6 +247,7 @@ fn object_at<'a>(
 }
 
 /// One copy of `route` for one istioMatch; `targets` are its (host, default) destinations.
+/// `None` when no entry of its `match` can be narrowed to the istioMatch.
 fn copy_route(
     route: &Map<String, Value>,
     targets: &[&Value],
@@ -249,7 +256,7 @@ fn copy_route(
     req: &RouteRequest,
     settings: &Settings,
     at: &str,
-) -> Result<Value, String> {
+) -> Result<Option<Value>, String> {
     let mut copy = route.clone();
     copy.remove("delegate");
     copy.insert("name".to_owned(), Value::String(name));
@@ -300,29 +307,90 @@ fn copy_route(
     if matches.is_empty() {
         matches.push(Value::Object(Map::new()));
     }
-    for (i, entry) in matches.iter_mut().enumerate() {
-        let Value::Object(entry) = entry else {
+    let mut narrowed = Vec::with_capacity(matches.len());
+    for (i, entry) in matches.into_iter().enumerate() {
+        let Value::Object(mut entry) = entry else {
             return Err(format!("{at}.match[{i}] must be an object, got {entry}"));
         };
-        if !m.headers.is_empty() {
-            let h = object_at(entry, "headers", &format!("{at}.match[{i}].headers"))?;
-            for hm in &m.headers {
-                h.insert(hm.name.clone(), hm.value.to_istio());
+        if narrow_entry(&mut entry, m, &format!("{at}.match[{i}]"))? {
+            narrowed.push(Value::Object(entry));
+        }
+    }
+    if narrowed.is_empty() {
+        return Ok(None);
+    }
+    let matches = narrowed;
+    copy.insert("match".to_owned(), Value::Array(matches));
+    Ok(Some(Value::Object(copy)))
+}
+
+/// A condition as Istio's `StringMatch` JSON: `None` for one that is not `exact`, `prefix`
+/// or `regex` of a string (e.g. `{}`, which Istio reads as "present").
+fn string_match(v: &Value) -> Option<StringMatch> {
+    let obj = v.as_object()?;
+    let (kind, value) = obj.iter().next().filter(|_| obj.len() == 1)?;
+    let value = value.as_str()?.to_owned();
+    match kind.as_str() {
+        "exact" => Some(StringMatch::Exact(value)),
+        "prefix" => Some(StringMatch::Prefix(value)),
+        "regex" => Some(StringMatch::Regex(value)),
+        _ => None,
+    }
+}
+
+/// Whether every value `a` allows, `b` allows too.
+fn implies(a: &StringMatch, b: &StringMatch) -> bool {
+    match (a, b) {
+        (a, b) if a == b => true,
+        (StringMatch::Exact(x) | StringMatch::Prefix(x), StringMatch::Prefix(p)) => {
+            x.starts_with(p.as_str())
+        }
+        _ => false,
+    }
+}
+
+/// Narrows one `match` entry of a copy by `m` so that it allows no request the entry did not;
+/// false when that cannot be expressed or allows nothing (the entry is left out).
+fn narrow_entry(entry: &mut Map<String, Value>, m: &IstioMatch, at: &str) -> Result<bool, String> {
+    if !m.headers.is_empty() {
+        let excluded = entry.get("withoutHeaders").and_then(Value::as_object);
+        for hm in &m.headers {
+            // Istio reads `{}` (or any condition the DynamicEnv's implies) under withoutHeaders
+            // as excluding every value the DynamicEnv allows.
+            let excludes_all = excluded
+                .and_then(|w| w.get(&hm.name))
+                .is_some_and(|c| string_match(c).is_none_or(|c| implies(&hm.value, &c)));
+            if excludes_all {
+                return Ok(false);
             }
         }
-        if !m.source_labels.is_empty() {
-            let l = object_at(
-                entry,
-                "sourceLabels",
-                &format!("{at}.match[{i}].sourceLabels"),
-            )?;
-            for label in &m.source_labels {
-                l.insert(label.key.clone(), Value::String(label.value.clone()));
+        let h = object_at(entry, "headers", &format!("{at}.headers"))?;
+        for hm in &m.headers {
+            let keep = match h.get(&hm.name) {
+                None => hm.value.to_istio(),
+                Some(existing) => match string_match(existing) {
+                    // `{}`: the header is present, which the DynamicEnv's condition implies.
+                    None if existing.as_object().is_some_and(Map::is_empty) => hm.value.to_istio(),
+                    Some(e) if implies(&hm.value, &e) => hm.value.to_istio(),
+                    Some(e) if implies(&e, &hm.value) => existing.clone(),
+                    _ => return Ok(false),
+                },
+            };
+            h.insert(hm.name.clone(), keep);
+        }
+    }
+    if !m.source_labels.is_empty() {
+        let l = object_at(entry, "sourceLabels", &format!("{at}.sourceLabels"))?;
+        for label in &m.source_labels {
+            match l.get(&label.key).and_then(Value::as_str) {
+                Some(v) if v != label.value => return Ok(false),
+                _ => {
+                    l.insert(label.key.clone(), Value::String(label.value.clone()));
+                }
             }
         }
     }
-    copy.insert("match".to_owned(), Value::Array(matches));
-    Ok(Value::Object(copy))
+    Ok(true)
 }
 
 /// Rejects a route prefix that could match routes of other subsets.
@@ -361,8 +429,10 @@ fn copies(
     let mut out = Vec::with_capacity(req.matches.len());
     for m in &req.matches {
         let name = format!("{}{index}", req.route_prefix);
-        out.push(copy_route(obj, &targets, m, name, req, settings, at)?);
-        *index += 1;
+        if let Some(copy) = copy_route(obj, &targets, m, name, req, settings, at)? {
+            out.push(copy);
+            *index += 1;
+        }
     }
     Ok(out)
 }
@@ -591,15 +661,15 @@ mod tests {
     }
 
     #[test]
-    fn matches_are_merged() {
+    fn matches_are_merged_and_never_widened() {
         let http = json!([{
             "match": [
                 {
                     "uri": {"prefix": "/api"},
                     "headers": {"end-user": {"exact": "bob"}, "x-other": {"exact": "1"}},
-                    "sourceLabels": {"app": "a", "team": "t"},
                 },
-                {"uri": {"exact": "/health"}},
+                {"uri": {"exact": "/health"}, "sourceLabels": {"team": "t"}},
+                {"uri": {"exact": "/other"}, "sourceLabels": {"app": "a"}},
             ],
             "route": [dest("reviews", "shared")],
         }]);
@@ -608,21 +678,94 @@ mod tests {
             source_labels: vec![label("app", "b")],
         };
         let out = run(&req(vec![m]), http);
+        // end-user bob and jason, app a and b: no request is both, so those entries go.
         assert_eq!(
             out[0]["match"],
-            json!([
-                {
-                    "uri": {"prefix": "/api"},
-                    "headers": {"end-user": {"exact": "jason"}, "x-other": {"exact": "1"}},
-                    "sourceLabels": {"app": "b", "team": "t"},
-                },
-                {
-                    "uri": {"exact": "/health"},
-                    "headers": {"end-user": {"exact": "jason"}},
-                    "sourceLabels": {"app": "b"},
-                },
-            ])
+            json!([{
+                "uri": {"exact": "/health"},
+                "headers": {"end-user": {"exact": "jason"}},
+                "sourceLabels": {"team": "t", "app": "b"},
+            }])
         );
+    }
+
+    #[test]
+    fn a_condition_on_the_same_header_keeps_the_narrower() {
+        let de = |v: StringMatch| IstioMatch {
+            headers: vec![header("end-user", v)],
+            source_labels: vec![],
+        };
+        let route = |cond: Value| json!([{"match": [{"headers": {"end-user": cond}}], "route": [dest("reviews", "shared")]}]);
+        let prefix = |p: &str| StringMatch::Prefix(p.into());
+        let exact = |p: &str| StringMatch::Exact(p.into());
+        for (original, dynamic_env, copied) in [
+            (
+                json!({"prefix": "j"}),
+                prefix("jason"),
+                Some(json!({"prefix": "jason"})),
+            ),
+            (
+                json!({"prefix": "jason"}),
+                prefix("j"),
+                Some(json!({"prefix": "jason"})),
+            ),
+            (
+                json!({"exact": "jason"}),
+                prefix("ja"),
+                Some(json!({"exact": "jason"})),
+            ),
+            (
+                json!({"prefix": "ja"}),
+                exact("jason"),
+                Some(json!({"exact": "jason"})),
+            ),
+            (
+                json!({"exact": "jason"}),
+                exact("jason"),
+                Some(json!({"exact": "jason"})),
+            ),
+            (json!({}), exact("jason"), Some(json!({"exact": "jason"}))),
+            (
+                json!({"regex": "j.*"}),
+                StringMatch::Regex("j.*".into()),
+                Some(json!({"regex": "j.*"})),
+            ),
+            (json!({"exact": "bob"}), prefix("jason"), None),
+            (json!({"regex": "j.*"}), exact("jason"), None),
+            (json!({"prefix": "bo"}), prefix("jason"), None),
+        ] {
+            let out = run(&req(vec![de(dynamic_env.clone())]), route(original.clone()));
+            match copied {
+                Some(c) => {
+                    assert_eq!(out.len(), 2, "{original} and {dynamic_env:?}");
+                    assert_eq!(out[0]["match"][0]["headers"]["end-user"], c);
+                }
+                None => assert_eq!(out.len(), 1, "{original} and {dynamic_env:?}: no copy"),
+            }
+        }
+    }
+
+    #[test]
+    fn without_headers_that_exclude_the_dynamic_envs_header_leave_no_copy() {
+        let m = IstioMatch {
+            headers: vec![header("end-user", StringMatch::Prefix("jason".into()))],
+            source_labels: vec![],
+        };
+        for (without, copies) in [
+            (json!({}), 0),
+            (json!({"prefix": "j"}), 0),
+            (json!({"exact": "bob"}), 1),
+        ] {
+            let http = json!([
+                {"match": [{"withoutHeaders": {"end-user": without}}], "route": [dest("reviews", "shared")]},
+                {"name": "default", "route": [dest("reviews", "shared")]},
+            ]);
+            let out = run(&req(vec![m.clone()]), http);
+            // The default route always gets its copy; its index follows the copies made.
+            assert_eq!(out.len(), 3 + copies, "{without}: {out:#?}");
+            let last_copy = &out[out.len() - 2];
+            assert_eq!(last_copy["name"], format!("{PREFIX}{copies}"));
+        }
     }
 
     #[test]
