@@ -485,6 +485,40 @@ async fn every_generated_name_is_valid_for_its_kind() {
     assert_eq!(names_seen.len(), 2, "a clone and a DestinationRule");
 }
 
+#[tokio::test]
+async fn pod_labels_that_leave_the_services_selector_are_a_subset_error_and_get_no_route() {
+    let mut s = read(&fixtures().join("simple"));
+    let text = serde_yaml::to_string(&*s.dynamic_envs[0]).unwrap();
+    let mut de: Value = serde_yaml::from_str(&text).unwrap();
+    de["spec"]["subsets"][0]["podLabels"] = json!({"app": "reviews-canary"});
+    s.dynamic_envs = vec![Arc::new(serde_json::from_value(de).unwrap())];
+    let key = format!(
+        "{}/{}",
+        s.dynamic_envs[0].namespace().unwrap(),
+        s.dynamic_envs[0].name_any()
+    );
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    let status = status_of(&p, &key);
+    let entry = status.subsets_status.values().next().unwrap();
+    let errors = &entry.subset_errors.as_ref().unwrap().subset;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0]
+            .error
+            .contains("leave the selector of Service bookinfo/reviews (app=reviews (the clone's pods have app=reviews-canary))"),
+        "{}",
+        errors[0].error
+    );
+    assert_eq!(status.state.as_deref(), Some("degraded"));
+    assert!(
+        !p.writes
+            .iter()
+            .any(|w| matches!(w, Write::Routes { .. }) || w.key().starts_with("DestinationRule/")),
+        "no route and no DestinationRule for a subset without endpoints: {:#?}",
+        p.writes
+    );
+}
+
 /// A DynamicEnv of `reviews` in namespace `bookinfo`, made at second `age`.
 fn dynamic_env(ns: &str, name: &str, age: u32) -> Arc<wasmop_api::dynamicenv::DynamicEnv> {
     Arc::new(

@@ -1179,6 +1179,9 @@ impl<'a> Planner<'a> {
             }
         };
         wanted.insert(("Deployment".into(), ns.to_owned(), entry.clone_name.clone()));
+        let clone_pod_labels: BTreeMap<String, String> =
+            serde_json::from_value(object["spec"]["template"]["metadata"]["labels"].clone())
+                .unwrap_or_default();
         let want_hash = object["metadata"]["annotations"][clone::APPLIED_HASH_ANNOTATION]
             .as_str()
             .map(str::to_owned);
@@ -1231,6 +1234,38 @@ impl<'a> Planner<'a> {
             })
             .collect();
         interest.pod_labels.push((ns.to_owned(), pod_labels));
+        // A Service whose selector the clone's pods leave (podLabels, --remove-labels) would
+        // send the subset's requests nowhere: no route for that host, and an error.
+        let hosts: Vec<String> = hosts
+            .into_iter()
+            .filter(|host| {
+                let Some(svc) = self.index.services.get(ns).into_iter().flatten().find(|s| s.name_any() == *host) else {
+                    return true;
+                };
+                if selects(svc, &clone_pod_labels) {
+                    return true;
+                }
+                let selector = svc.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default();
+                let left: Vec<String> = selector
+                    .iter()
+                    .filter(|(k, v)| clone_pod_labels.get(*k) != Some(*v))
+                    .map(|(k, v)| match clone_pod_labels.get(k) {
+                        Some(have) => format!("{k}={v} (the clone's pods have {k}={have})"),
+                        None => format!("{k}={v} (the clone's pods lack {k})"),
+                    })
+                    .collect();
+                let e = format!(
+                    "the clone's pods leave the selector of Service {ns}/{host} ({}), so subset {version} would have no endpoint: no route is written for host {host}; change podLabels or --remove-labels",
+                    left.join(", ")
+                );
+                self.ir.post_error(&entry.ir_key, &e);
+                entry.errors.subset.push(e);
+                false
+            })
+            .collect();
+        if hosts.is_empty() && !entry.errors.subset.is_empty() {
+            return true;
+        }
         if hosts.is_empty() {
             let e = format!(
                 "no Service in namespace {ns} selects the pods of Deployment {}: nothing to route to (a Service with an empty selector selects nothing)",
