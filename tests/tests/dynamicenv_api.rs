@@ -56,6 +56,28 @@ async fn invalid_dynamic_envs_are_rejected_with_the_field_named() {
         let mut s = valid_spec();
         s["istioMatches"] = json!([{"headers": {"h": {"exact": "a", "prefix": "b"}}}]);
         rejected(&api, "two-ways", s, "exactly one of exact, prefix or regex").await;
+        // What Istio's validation refuses.
+        let mut s = valid_spec();
+        s["istioMatches"] = json!([{"headers": {"end-user": {"regex": "^(dev|qa"}}}]);
+        rejected(
+            &api,
+            "bad-regex",
+            s,
+            "error parsing regexp: missing closing )",
+        )
+        .await;
+        let mut s = valid_spec();
+        s["istioMatches"] = json!([{"headers": {"end-user": {"prefix": ""}}}]);
+        rejected(
+            &api,
+            "empty-prefix",
+            s,
+            "prefix string match should not be empty",
+        )
+        .await;
+        let mut s = valid_spec();
+        s["istioMatches"] = json!([{"headers": {"end-user": {"regex": "a".repeat(1025)}}}]);
+        rejected(&api, "long-regex", s, "Too long").await;
         let mut s = valid_spec();
         s["subsets"][0]["replicas"] = json!(0);
         rejected(&api, "zero", s, "spec.subsets[0].replicas: Invalid value").await;

@@ -69,15 +69,23 @@ pub struct IstioMatch {
 #[x_kube(validation = Rule::new(
     "[has(self.exact), has(self.prefix), has(self.regex)].filter(x, x).size() == 1"
 ).message("exactly one of exact, prefix or regex must be set (oneOf)"))]
+#[x_kube(validation = Rule::new("!has(self.prefix) || size(self.prefix) > 0")
+    .message("prefix string match should not be empty (Istio refuses it)"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.regex) || (size(self.regex) > 0 && (''.matches(self.regex) || !''.matches(self.regex)))"
+).message("regex must be a non-empty RE2 regular expression (Istio refuses others)"))]
 pub struct StringMatch {
     /// Exact value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub exact: Option<String>,
     /// Value prefix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub prefix: Option<String>,
-    /// RE2 regular expression.
+    /// RE2 regular expression, at most 1024 characters (Istio's limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub regex: Option<String>,
 }
 

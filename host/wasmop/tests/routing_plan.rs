@@ -519,6 +519,64 @@ async fn pod_labels_that_leave_the_services_selector_are_a_subset_error_and_get_
     );
 }
 
+#[tokio::test]
+async fn a_match_istio_would_refuse_is_left_out_and_every_subset_says_why() {
+    let mut s = read(&fixtures().join("simple"));
+    let text = serde_yaml::to_string(&*s.dynamic_envs[0]).unwrap();
+    let mut de: Value = serde_yaml::from_str(&text).unwrap();
+    let good = de["spec"]["istioMatches"][0].clone();
+    de["spec"]["istioMatches"] = json!([
+        {"headers": {"end user": {"exact": "jason"}}},
+        {"sourceLabels": {"app": "product page!"}},
+        good,
+    ]);
+    s.dynamic_envs = vec![Arc::new(serde_json::from_value(de).unwrap())];
+    let key = format!(
+        "{}/{}",
+        s.dynamic_envs[0].namespace().unwrap(),
+        s.dynamic_envs[0].name_any()
+    );
+    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    let status = status_of(&p, &key);
+    let entry = status.subsets_status.values().next().unwrap();
+    let errors: Vec<&str> = entry
+        .subset_errors
+        .as_ref()
+        .unwrap()
+        .subset
+        .iter()
+        .map(|e| e.error.as_str())
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with("istioMatches[0]: header name \"end user\" is not an HTTP token"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("istioMatches[1]: source label app=\"product page!\""),
+        "{errors:?}"
+    );
+    // The valid match still routes: one copy per route, each matching on it alone.
+    let routes: Vec<&Value> = p
+        .writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Routes { http, .. } => Some(http),
+            _ => None,
+        })
+        .flatten()
+        .filter(|r| r["name"].as_str().is_some_and(names::is_dynamic_env_route))
+        .collect();
+    assert!(!routes.is_empty());
+    for r in routes {
+        let text = r["match"].to_string();
+        assert!(
+            !text.contains("end user") && !text.contains("product page"),
+            "{text}"
+        );
+    }
+}
+
 /// A DynamicEnv of `reviews` in namespace `bookinfo`, made at second `age`.
 fn dynamic_env(ns: &str, name: &str, age: u32) -> Arc<wasmop_api::dynamicenv::DynamicEnv> {
     Arc::new(

@@ -797,6 +797,50 @@ pub(crate) async fn run_chain(
     (http, outcomes)
 }
 
+/// Why Istio would refuse `m` (its header names must be HTTP tokens, its source labels
+/// Kubernetes label keys and values), or `None`. The CRD cannot check map keys within its CEL
+/// cost budget, so the plan does.
+fn invalid_match(m: &IstioMatch) -> Option<String> {
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    let label_value = |v: &str| {
+        v.is_empty()
+            || (v.len() <= 63
+                && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+    };
+    let label_key = |k: &str| {
+        let (prefix, name) = k.rsplit_once('/').map_or((None, k), |(p, n)| (Some(p), n));
+        !name.is_empty()
+            && label_value(name)
+            && prefix.is_none_or(|p| p.len() <= 253 && names::is_dns_subdomain(p))
+    };
+    if let Some(h) = m.headers.iter().find(|h| !token(&h.name)) {
+        return Some(format!(
+            "header name {:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~)",
+            h.name
+        ));
+    }
+    if let Some(l) = m.source_labels.iter().find(|l| !label_key(&l.key)) {
+        return Some(format!(
+            "source label key {:?} is not a Kubernetes label key",
+            l.key
+        ));
+    }
+    if let Some(l) = m.source_labels.iter().find(|l| !label_value(&l.value)) {
+        return Some(format!(
+            "source label {}={:?} is not a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            l.key, l.value
+        ));
+    }
+    None
+}
+
 fn istio_matches(de: &DynamicEnv) -> Vec<IstioMatch> {
     de.spec
         .istio_matches
@@ -926,7 +970,20 @@ impl<'a> Planner<'a> {
             ..Interest::default()
         };
         let version = self.version_of(de, &key);
-        let matches = istio_matches(de);
+        let mut matches = istio_matches(de);
+        // Matches Istio would refuse are left out, and every subset says why.
+        let mut match_errors = Vec::new();
+        let mut i = 0;
+        matches.retain(|m| {
+            let at = i;
+            i += 1;
+            invalid_match(m).is_none_or(|why| {
+                match_errors.push(format!(
+                    "istioMatches[{at}]: {why}, so Istio would refuse its routes: it is left out (istioMatches are immutable: create the DynamicEnv again with a valid one)"
+                ));
+                false
+            })
+        });
         let mut entries = Vec::new();
         let subsets: BTreeSet<(&str, &str)> = de
             .spec
@@ -975,6 +1032,12 @@ impl<'a> Planner<'a> {
                 entry.clone_status = status::FAILED.into();
                 entries.push(entry);
                 continue;
+            }
+            if !consumer {
+                for e in &match_errors {
+                    self.ir.post_error(&entry_ir, e);
+                    entry.errors.subset.push(e.clone());
+                }
             }
             let ok = self.plan_entry(
                 de,
@@ -1236,6 +1299,7 @@ impl<'a> Planner<'a> {
         interest.pod_labels.push((ns.to_owned(), pod_labels));
         // A Service whose selector the clone's pods leave (podLabels, --remove-labels) would
         // send the subset's requests nowhere: no route for that host, and an error.
+        let selected = hosts.len();
         let hosts: Vec<String> = hosts
             .into_iter()
             .filter(|host| {
@@ -1263,7 +1327,7 @@ impl<'a> Planner<'a> {
                 false
             })
             .collect();
-        if hosts.is_empty() && !entry.errors.subset.is_empty() {
+        if hosts.is_empty() && selected > 0 {
             return true;
         }
         if hosts.is_empty() {
