@@ -580,3 +580,70 @@ async fn a_converged_dynamic_env_gets_no_writes_when_reconciled_again() {
     })
     .await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_write_the_api_server_refuses_is_in_the_status_and_an_event_and_is_retried() {
+    with_temp_ns("routing-refused", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        // A quota that holds exactly the two base Deployments: the clones are refused (403).
+        create(
+            &client,
+            &ns,
+            json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "deployments"},
+                   "spec": {"hard": {"count/deployments.apps": "2"}}}),
+        )
+        .await;
+        eventually("the quota to count the Deployments", TIMEOUT, async || {
+            let q = get(&client, &ns, "v1", "ResourceQuota", "deployments").await?;
+            (q["status"]["used"]["count/deployments.apps"] == "2").then_some(())
+        })
+        .await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        create(
+            &client,
+            &ns,
+            dynamic_env("jason", &ns, "jason", REVIEWS_V3, false),
+        )
+        .await;
+
+        let refused =
+            eventually("the refusal in the status", TIMEOUT, async || {
+                let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
+                let errors = &de["status"]["subsetsStatus"][format!("{ns}/reviews")]["subsetErrors"]
+                    ["deployment"];
+                let e = errors.get(0)?["error"].as_str()?.to_owned();
+                (de["status"]["state"] == "degraded").then_some(e)
+            })
+            .await;
+        let clone = names::clone_name(&ns, "jason", &ns, "reviews");
+        assert!(
+            refused.starts_with(&format!("the API server refused Deployment {ns}/{clone}: "))
+                && refused.contains("exceeded quota"),
+            "{refused}"
+        );
+        assert!(
+            events(&client, &ns, "jason")
+                .await
+                .iter()
+                .any(|(reason, _)| reason == "WriteRefused"),
+            "a WriteRefused Event"
+        );
+
+        // Once the quota is gone, the next try succeeds and the error leaves the status.
+        Api::<k8s_openapi::api::core::v1::ResourceQuota>::namespaced(client.clone(), &ns)
+            .delete("deployments", &DeleteParams::default())
+            .await
+            .unwrap();
+        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        assert!(
+            de["status"]["subsetsStatus"][format!("{ns}/reviews")]
+                .get("subsetErrors")
+                .is_none(),
+            "{}",
+            de["status"]
+        );
+        assert!(clone_deployment(&client, &ns, &clone).await.is_some());
+    })
+    .await;
+}

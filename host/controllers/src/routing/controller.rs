@@ -338,7 +338,7 @@ impl Routing {
         snapshot: &Snapshot,
         plan: &Plan,
         router: &dyn Router,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<Refusal>, Error> {
         let why = if de.metadata.deletion_timestamp.is_some() {
             "the DynamicEnv is being deleted"
         } else {
@@ -350,147 +350,198 @@ impl Routing {
                 .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
                 .and_then(|d| d.metadata.resource_version.clone())
         };
+        let mut refusals = Vec::new();
         for w in &plan.writes {
-            match w {
-                Write::Apply { change, object, .. } => {
-                    let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
-                    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                    let kind = object["kind"].as_str().unwrap_or_default();
-                    let (reason, action) = match change {
-                        Change::Created => ("Created", "Create"),
-                        Change::Updated => ("Updated", "Update"),
-                    };
-                    let related = if kind == "Deployment" {
-                        let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-                        let before = rv_of(&snapshot.deployments, ns, name);
-                        let obj = self.ctx.kernel.writer.apply(&api, name, object).await?;
-                        let related = obj.object_ref(&());
-                        self.deployments.record(key_of(&obj), before, Some(obj));
-                        related
-                    } else {
-                        let api: Api<DestinationRule> = Api::namespaced(client.clone(), ns);
-                        let before = snapshot
-                            .destination_rules
-                            .iter()
-                            .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
-                            .and_then(|d| d.metadata.resource_version.clone());
-                        let obj = self.ctx.kernel.writer.apply(&api, name, object).await?;
-                        let related = obj.object_ref(&());
-                        self.destination_rules
-                            .record(key_of(&obj), before, Some(obj));
-                        related
-                    };
-                    metrics()
-                        .changes
-                        .get_or_create(&ChangeLabels::new(kind, reason))
-                        .inc();
-                    let what = if kind == "Deployment" {
-                        format!(
-                            "clone Deployment {ns}/{name} of {}",
-                            clone::subset_of_value(object)
-                        )
-                    } else {
-                        format!(
-                            "DestinationRule {ns}/{name} (host {}, subset {})",
-                            object["spec"]["host"].as_str().unwrap_or_default(),
-                            object["spec"]["subsets"][0]["name"]
-                                .as_str()
-                                .unwrap_or_default()
-                        )
-                    };
-                    let verb = if *change == Change::Created {
-                        "created"
-                    } else {
-                        "updated"
-                    };
-                    self.event(
-                        de,
-                        Some(related),
-                        false,
-                        reason,
-                        action,
-                        format!("{what} {verb}"),
-                    )
-                    .await;
-                }
-                Write::Routes {
-                    key,
-                    namespace,
-                    name,
-                    base,
-                    http,
-                    ..
-                } => {
-                    let expected = base.spec.http.as_deref().unwrap_or_default();
-                    let chain = plan.chains.get(key).cloned().unwrap_or_default();
-                    self.write_routes(
-                        de,
-                        (namespace.clone(), name.clone()),
-                        expected,
-                        http,
-                        &chain,
-                        router,
-                    )
-                    .await?;
-                }
-                Write::Delete {
-                    kind,
-                    namespace,
-                    name,
-                    ..
-                } => {
-                    let existed = if kind == "Deployment" {
-                        let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-                        let before = rv_of(&snapshot.deployments, namespace, name);
-                        let existed = self.ctx.kernel.writer.delete(&api, name).await?;
-                        self.deployments
-                            .record((namespace.clone(), name.clone()), before, None);
-                        existed
-                    } else {
-                        let api: Api<DestinationRule> = Api::namespaced(client.clone(), namespace);
-                        let before = snapshot
-                            .destination_rules
-                            .iter()
-                            .find(|d| key_of(d.as_ref()) == (namespace.clone(), name.clone()))
-                            .and_then(|d| d.metadata.resource_version.clone());
-                        let existed = self.ctx.kernel.writer.delete(&api, name).await?;
-                        self.destination_rules.record(
-                            (namespace.clone(), name.clone()),
-                            before,
-                            None,
-                        );
-                        existed
-                    };
-                    if existed {
+            // A refused write fails only itself: the others still go out.
+            let result: Result<(), Error> = async {
+                match w {
+                    Write::Apply { change, object, .. } => {
+                        let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
+                        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                        let kind = object["kind"].as_str().unwrap_or_default();
+                        let (reason, action) = match change {
+                            Change::Created => ("Created", "Create"),
+                            Change::Updated => ("Updated", "Update"),
+                        };
+                        let related = if kind == "Deployment" {
+                            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+                            let before = rv_of(&snapshot.deployments, ns, name);
+                            let obj = self
+                                .ctx
+                                .kernel
+                                .writer
+                                .apply(&api, name, object)
+                                .await
+                                .map_err(|e| {
+                                    Error::refused_or(
+                                        e,
+                                        || format!("Deployment {ns}/{name}"),
+                                        "deployment",
+                                        Some(clone::subset_of_value(object).to_owned()),
+                                    )
+                                })?;
+                            let related = obj.object_ref(&());
+                            self.deployments.record(key_of(&obj), before, Some(obj));
+                            related
+                        } else {
+                            let api: Api<DestinationRule> = Api::namespaced(client.clone(), ns);
+                            let before = snapshot
+                                .destination_rules
+                                .iter()
+                                .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
+                                .and_then(|d| d.metadata.resource_version.clone());
+                            let obj = self
+                                .ctx
+                                .kernel
+                                .writer
+                                .apply(&api, name, object)
+                                .await
+                                .map_err(|e| {
+                                    Error::refused_or(
+                                        e,
+                                        || format!("DestinationRule {ns}/{name}"),
+                                        "destinationRule",
+                                        Some(clone::subset_of_value(object).to_owned()),
+                                    )
+                                })?;
+                            let related = obj.object_ref(&());
+                            self.destination_rules
+                                .record(key_of(&obj), before, Some(obj));
+                            related
+                        };
                         metrics()
                             .changes
-                            .get_or_create(&ChangeLabels::new(kind, "Deleted"))
+                            .get_or_create(&ChangeLabels::new(kind, reason))
                             .inc();
-                        let related = k8s_openapi::api::core::v1::ObjectReference {
-                            api_version: Some(if kind == "Deployment" {
-                                "apps/v1".into()
-                            } else {
-                                format!("{}/{}", istio::GROUP, istio::VERSION)
-                            }),
-                            kind: Some(kind.clone()),
-                            namespace: Some(namespace.clone()),
-                            name: Some(name.clone()),
-                            ..Default::default()
+                        let what = if kind == "Deployment" {
+                            format!(
+                                "clone Deployment {ns}/{name} of {}",
+                                clone::subset_of_value(object)
+                            )
+                        } else {
+                            format!(
+                                "DestinationRule {ns}/{name} (host {}, subset {})",
+                                object["spec"]["host"].as_str().unwrap_or_default(),
+                                object["spec"]["subsets"][0]["name"]
+                                    .as_str()
+                                    .unwrap_or_default()
+                            )
+                        };
+                        let verb = if *change == Change::Created {
+                            "created"
+                        } else {
+                            "updated"
                         };
                         self.event(
                             de,
                             Some(related),
                             false,
-                            "Deleted",
-                            "Delete",
-                            format!("{kind} {namespace}/{name} deleted: {why}"),
+                            reason,
+                            action,
+                            format!("{what} {verb}"),
                         )
                         .await;
                     }
+                    Write::Routes {
+                        key,
+                        namespace,
+                        name,
+                        base,
+                        http,
+                        ..
+                    } => {
+                        let expected = base.spec.http.as_deref().unwrap_or_default();
+                        let chain = plan.chains.get(key).cloned().unwrap_or_default();
+                        self.write_routes(
+                            de,
+                            (namespace.clone(), name.clone()),
+                            expected,
+                            http,
+                            &chain,
+                            router,
+                        )
+                        .await?;
+                    }
+                    Write::Delete {
+                        kind,
+                        namespace,
+                        name,
+                        ..
+                    } => {
+                        let existed = if kind == "Deployment" {
+                            let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                            let before = rv_of(&snapshot.deployments, namespace, name);
+                            let existed = self.ctx.kernel.writer.delete(&api, name).await?;
+                            self.deployments.record(
+                                (namespace.clone(), name.clone()),
+                                before,
+                                None,
+                            );
+                            existed
+                        } else {
+                            let api: Api<DestinationRule> =
+                                Api::namespaced(client.clone(), namespace);
+                            let before = snapshot
+                                .destination_rules
+                                .iter()
+                                .find(|d| key_of(d.as_ref()) == (namespace.clone(), name.clone()))
+                                .and_then(|d| d.metadata.resource_version.clone());
+                            let existed = self.ctx.kernel.writer.delete(&api, name).await?;
+                            self.destination_rules.record(
+                                (namespace.clone(), name.clone()),
+                                before,
+                                None,
+                            );
+                            existed
+                        };
+                        if existed {
+                            metrics()
+                                .changes
+                                .get_or_create(&ChangeLabels::new(kind, "Deleted"))
+                                .inc();
+                            let related = k8s_openapi::api::core::v1::ObjectReference {
+                                api_version: Some(if kind == "Deployment" {
+                                    "apps/v1".into()
+                                } else {
+                                    format!("{}/{}", istio::GROUP, istio::VERSION)
+                                }),
+                                kind: Some(kind.clone()),
+                                namespace: Some(namespace.clone()),
+                                name: Some(name.clone()),
+                                ..Default::default()
+                            };
+                            self.event(
+                                de,
+                                Some(related),
+                                false,
+                                "Deleted",
+                                "Delete",
+                                format!("{kind} {namespace}/{name} deleted: {why}"),
+                            )
+                            .await;
+                        }
+                    }
                 }
+                Ok(())
+            }
+            .await;
+            match result {
+                Err(Error::Refused {
+                    what,
+                    message,
+                    field,
+                    entry,
+                }) => refusals.push(Refusal {
+                    what,
+                    message,
+                    field,
+                    entry,
+                }),
+                Err(e) => return Err(e),
+                Ok(()) => {}
             }
         }
-        Ok(())
+        Ok(refusals)
     }
 
     /// Writes the routes of one VirtualService: under the process's lock for it, on its newest
@@ -573,6 +624,14 @@ impl Routing {
             Ok(obj) => obj,
             Err(e) if e.status_code() == Some(422) || e.is_conflict() => {
                 return Err(Error::Stale(id));
+            }
+            Err(e) if matches!(e.status_code(), Some(400 | 403)) => {
+                return Err(Error::refused_or(
+                    e,
+                    || format!("VirtualService {id}"),
+                    "virtualServices",
+                    None,
+                ));
             }
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e.into()),
@@ -705,9 +764,19 @@ impl Routing {
                     .await;
             }
         }
-        self.write(&de, &snapshot, &plan, router.as_ref()).await?;
-        let status = plan.status.get(&key).cloned().unwrap_or_default();
+        let mut status = plan.status.get(&key).cloned().unwrap_or_default();
+        let refusals = self.write(&de, &snapshot, &plan, router.as_ref()).await?;
+        for r in &refusals {
+            let error = format!("the API server refused {}: {}", r.what, r.message);
+            add_refusal(&mut status, r.field, r.entry.as_deref(), &error);
+            tracing::warn!(dynamicenv = %key, "{error}; retrying in {REFUSED_RETRY:?}");
+            self.event(&de, None, true, "WriteRefused", "Write", error)
+                .await;
+        }
         self.write_status(&de, &status).await?;
+        if !refusals.is_empty() {
+            return Ok(Action::requeue(REFUSED_RETRY));
+        }
         if let Some(interest) = plan.interest.get(&key) {
             self.interest
                 .write()
@@ -732,7 +801,19 @@ impl Routing {
             reason: "no routes are made while a DynamicEnv is deleted".into(),
         });
         let plan = plan(&snapshot, &router, &self.cfg).await;
-        self.write(&de, &snapshot, &plan, router.as_ref()).await?;
+        let refusals = self.write(&de, &snapshot, &plan, router.as_ref()).await?;
+        // The finalizer stays until everything is removed, so nothing is left behind.
+        if let Some(r) = refusals.into_iter().next() {
+            let error = format!("the API server refused {}: {}", r.what, r.message);
+            self.event(&de, None, true, "WriteRefused", "Write", error)
+                .await;
+            return Err(Error::Refused {
+                what: r.what,
+                message: r.message,
+                field: r.field,
+                entry: r.entry,
+            });
+        }
         self.interest
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -991,6 +1072,48 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
     })
     .await;
     wasmop_kernel::unless_deleted_meanwhile(result).map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// A write the API server refused ([`Error::Refused`]).
+struct Refusal {
+    what: String,
+    message: String,
+    field: &'static str,
+    entry: Option<String>,
+}
+
+/// How long a DynamicEnv whose write the API server refused waits before it tries again (its
+/// own change, or a change of what it reads, triggers a reconcile sooner).
+const REFUSED_RETRY: Duration = Duration::from_secs(20);
+
+/// Adds a refused write to `status`: the entry's list named by `field` (every subset's, for a
+/// VirtualService), and the state `degraded`.
+fn add_refusal(status: &mut DynamicEnvStatus, field: &str, entry: Option<&str>, error: &str) {
+    let err = StatusError {
+        error: error.to_owned(),
+        last_occurrence: None,
+    };
+    let mut hit = false;
+    for (key, s) in &mut status.subsets_status {
+        if entry.is_some_and(|e| e != key) {
+            continue;
+        }
+        let errors = s.subset_errors.get_or_insert_with(Default::default);
+        let list = match field {
+            "deployment" => &mut errors.deployment,
+            "destinationRule" => &mut errors.destination_rule,
+            _ => &mut errors.virtual_services,
+        };
+        list.push(err.clone());
+        hit = true;
+    }
+    if let Some(c) = entry.and_then(|e| status.consumers_status.get_mut(e)) {
+        c.errors.push(err);
+        hit = true;
+    }
+    if hit {
+        status.state = Some("degraded".into());
+    }
 }
 
 fn error_policy(de: Arc<DynamicEnv>, e: &Error, _r: Arc<Routing>) -> Action {

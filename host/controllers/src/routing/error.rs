@@ -12,12 +12,45 @@ pub enum Error {
     /// the next reconcile plans again.
     #[error("VirtualService {0} changed while its routes were written; planning again")]
     Stale(String),
+    /// The API server (or an admission webhook, Istio's validation say) refused a write as
+    /// invalid or forbidden (400, 403, 422): retrying the same write cannot succeed, so the
+    /// DynamicEnv's status and a Warning Event say so instead.
+    #[error("the API server refused {what}: {message}")]
+    Refused {
+        /// The object, e.g. `Deployment ns/name` or `VirtualService ns/name`.
+        what: String,
+        /// The API server's message.
+        message: String,
+        /// Which status list it belongs to: `deployment`, `destinationRule`, `virtualServices`.
+        field: &'static str,
+        /// The subset or consumer (`<namespace>/<deployment>`) it was for, if one.
+        entry: Option<String>,
+    },
     /// The finalizer step failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
 impl Error {
+    /// `e` as [`Error::Refused`] when the API server refused the write as invalid or
+    /// forbidden, else as it is.
+    pub(crate) fn refused_or(
+        e: WriteError,
+        what: impl FnOnce() -> String,
+        field: &'static str,
+        entry: Option<String>,
+    ) -> Self {
+        match (&e, e.status_code()) {
+            (WriteError::Kube(kube::Error::Api(s)), Some(400 | 403 | 422)) => Error::Refused {
+                what: what(),
+                message: s.message.clone(),
+                field,
+                entry,
+            },
+            _ => Error::Write(e),
+        }
+    }
+
     /// A stable label for `wasmop_reconcile_total{outcome}`.
     pub(crate) fn metric_label(&self) -> &'static str {
         match self {
@@ -25,6 +58,7 @@ impl Error {
             Error::Write(e) if e.is_conflict() => "conflict",
             Error::Write(_) => "write",
             Error::Stale(_) => "stale",
+            Error::Refused { .. } => "refused",
             Error::Finalizer(e) => match e.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
                 | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
@@ -39,6 +73,7 @@ impl Error {
         use kube::runtime::finalizer::Error as F;
         match self {
             Error::Stale(_) => true,
+            Error::Refused { .. } => false,
             Error::Write(e) => e.is_conflict(),
             Error::Finalizer(e) => match e.as_ref() {
                 F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)) => {
