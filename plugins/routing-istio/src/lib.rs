@@ -404,14 +404,13 @@ fn check_prefix(req: &RouteRequest, id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The copies of route `obj`, one per istioMatch, numbered from `index` on; none when it has
-/// no (host, default) destination.
+/// The copies of route `obj`, one per istioMatch, not named yet; none when it has no (host,
+/// default) destination.
 fn copies(
     obj: &Map<String, Value>,
     req: &RouteRequest,
     vs_ns: Option<&str>,
     settings: &Settings,
-    index: &mut usize,
     at: &str,
 ) -> Result<Vec<Value>, String> {
     let targets: Vec<&Value> = obj
@@ -428,10 +427,9 @@ fn copies(
     }
     let mut out = Vec::with_capacity(req.matches.len());
     for m in &req.matches {
-        let name = format!("{}{index}", req.route_prefix);
-        if let Some(copy) = copy_route(obj, &targets, m, name, req, settings, at)? {
+        // Named when it is kept (`rewrite`).
+        if let Some(copy) = copy_route(obj, &targets, m, String::new(), req, settings, at)? {
             out.push(copy);
-            *index += 1;
         }
     }
     Ok(out)
@@ -480,6 +478,16 @@ pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Ve
 
     let mut out = Vec::with_capacity(http.len() * (1 + req.matches.len()));
     let mut index = 0usize;
+    // Match entries of the routes before, as Istio compares them (JSON without `name`): an
+    // entry seen before can never be reached again.
+    let mut seen: Vec<Value> = Vec::new();
+    let key = |m: &Value| {
+        let mut m = m.clone();
+        if let Value::Object(o) = &mut m {
+            o.remove("name");
+        }
+        m
+    };
     for (i, route) in http.iter().enumerate() {
         let Value::Object(obj) = route else {
             out.push(route.clone());
@@ -493,7 +501,24 @@ pub fn rewrite(req: &RouteRequest, vs: &Value, settings: &Settings) -> Result<Ve
             continue;
         }
         let at = format!("VirtualService {id}: spec.http[{i}]");
-        out.extend(copies(obj, req, vs_ns, settings, &mut index, &at)?);
+        for mut copy in copies(obj, req, vs_ns, settings, &at)? {
+            // A copy whose every entry an earlier route already matches is never reached
+            // (Istio: "all matches used by prior rules"); such entries are dropped, and such a
+            // copy is not made.
+            if let Some(Value::Array(matches)) = copy.get_mut("match") {
+                matches.retain(|m| !seen.contains(&key(m)));
+                if matches.is_empty() {
+                    continue;
+                }
+                seen.extend(matches.iter().map(key));
+            }
+            copy["name"] = Value::String(format!("{}{index}", req.route_prefix));
+            index += 1;
+            out.push(copy);
+        }
+        if let Some(Value::Array(matches)) = obj.get("match") {
+            seen.extend(matches.iter().map(key));
+        }
         out.push(route.clone());
     }
     Ok(out)
@@ -831,12 +856,28 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("namespace");
-        assert_eq!(
-            rewrite(&req(vec![jason()]), &unnamed, &Settings::default())
-                .unwrap()
-                .len(),
-            4
-        );
+        // Both destinations are the service host now; the second copy would match exactly
+        // what the first does, so it is not made.
+        let out = rewrite(&req(vec![jason()]), &unnamed, &Settings::default()).unwrap();
+        assert_eq!(out.len(), 3, "{out:#?}");
+        assert_eq!(out[0]["route"], json!([copied("reviews")]));
+    }
+
+    #[test]
+    fn a_copy_an_earlier_route_already_matches_is_not_made() {
+        // j-users' copy takes every jason request: default's copy would never be reached.
+        let m = IstioMatch {
+            headers: vec![header("end-user", StringMatch::Prefix("jason".into()))],
+            source_labels: vec![],
+        };
+        let http = json!([
+            {"name": "j-users", "match": [{"headers": {"end-user": {"prefix": "j"}}}],
+             "route": [dest("reviews", "shared")]},
+            {"name": "default", "route": [dest("reviews", "shared")]},
+        ]);
+        let out = run(&req(vec![m]), http);
+        let names: Vec<&str> = out.iter().filter_map(|r| r["name"].as_str()).collect();
+        assert_eq!(names, [&format!("{PREFIX}0") as &str, "j-users", "default"]);
     }
 
     #[test]
