@@ -623,3 +623,35 @@ pub async fn deployment_replicas(client: &Client, ns: &str, name: &str) -> i32 {
         .and_then(|s| s.replicas)
         .unwrap_or(0)
 }
+
+/// Runs Istio's own validation (tests/istio-validate, built by
+/// scripts/setup.d/75-istio-validate.sh) on `yaml` (documents separated by `---`, `List`s too):
+/// whether every VirtualService and DestinationRule is valid with no warning, and the report.
+///
+/// # Panics
+/// When the command cannot run.
+pub fn istio_validate(yaml: &str) -> (bool, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(r#". "$0/scripts/istio-validate-version.sh" && exec "$ISTIO_VALIDATE""#)
+        .arg(repo_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run istio-validate");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), report)
+}

@@ -198,6 +198,25 @@ async fn create_update_and_delete_restore_every_virtual_service() {
             json!(owner)
         );
 
+        // Istio accepts everything written, with no unreachable rule.
+        let written = wasmop_tests::kubectl_ok(&[
+            "get",
+            "virtualservices.networking.istio.io,destinationrules.networking.istio.io",
+            "-n",
+            &ns,
+            "-o",
+            "json",
+        ]);
+        let (valid, report) = wasmop_tests::istio_validate(&written);
+        assert!(valid, "{report}");
+        assert!(
+            report.contains(&format!(
+                "DestinationRule {ns}/{}: valid",
+                n.destination_rule
+            )),
+            "{report}"
+        );
+
         // The routes, exactly; the consumer's base VirtualService is untouched.
         assert_eq!(
             vs_http(&client, &ns, "reviews").await,

@@ -577,6 +577,52 @@ async fn a_match_istio_would_refuse_is_left_out_and_every_subset_says_why() {
     }
 }
 
+#[tokio::test]
+#[ignore = "needs tests/istio-validate (scripts/setup.sh); run by `make test`"]
+async fn istio_accepts_every_object_every_golden_plan_writes() {
+    let router = wasm().await;
+    let mut docs = Vec::new();
+    for case in cases() {
+        let mut s = read(&case);
+        let p = plan(&s, &router, &PlanConfig::default()).await;
+        apply(&mut s, &p);
+        for w in &p.writes {
+            match w {
+                Write::Apply { object, .. } if object["kind"] == "DestinationRule" => {
+                    docs.push(object.clone());
+                }
+                Write::Routes {
+                    namespace, name, ..
+                } => {
+                    let vs = s
+                        .virtual_services
+                        .iter()
+                        .find(|v| {
+                            v.name_any() == *name && v.namespace().as_deref() == Some(namespace)
+                        })
+                        .unwrap();
+                    let mut vs = serde_json::to_value(vs.as_ref()).unwrap();
+                    vs["apiVersion"] = json!("networking.istio.io/v1");
+                    vs["kind"] = json!("VirtualService");
+                    docs.push(vs);
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(docs.len() >= 20, "{} objects", docs.len());
+    let yaml: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::to_string(d).unwrap())
+        .collect();
+    let (ok, report) = wasmop_tests::istio_validate(&yaml.join("\n---\n"));
+    assert!(
+        ok,
+        "Istio refuses or warns about what a plan writes:\n{report}"
+    );
+    assert_eq!(report.matches(": valid").count(), docs.len(), "{report}");
+}
+
 /// A DynamicEnv of `reviews` in namespace `bookinfo`, made at second `age`.
 fn dynamic_env(ns: &str, name: &str, age: u32) -> Arc<wasmop_api::dynamicenv::DynamicEnv> {
     Arc::new(
