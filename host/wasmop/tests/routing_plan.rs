@@ -485,19 +485,27 @@ async fn every_generated_name_is_valid_for_its_kind() {
     assert_eq!(names_seen.len(), 2, "a clone and a DestinationRule");
 }
 
-#[tokio::test]
-async fn pod_labels_that_leave_the_services_selector_are_a_subset_error_and_get_no_route() {
+/// The plan of the `simple` fixture with its DynamicEnv (as JSON) changed by `change`: the
+/// DynamicEnv's key and the plan.
+async fn plan_simple_with(change: impl FnOnce(&mut Value)) -> (String, Plan) {
     let mut s = read(&fixtures().join("simple"));
-    let text = serde_yaml::to_string(&*s.dynamic_envs[0]).unwrap();
-    let mut de: Value = serde_yaml::from_str(&text).unwrap();
-    de["spec"]["subsets"][0]["podLabels"] = json!({"app": "reviews-canary"});
+    let mut de = serde_json::to_value(&*s.dynamic_envs[0]).unwrap();
+    change(&mut de);
     s.dynamic_envs = vec![Arc::new(serde_json::from_value(de).unwrap())];
     let key = format!(
         "{}/{}",
         s.dynamic_envs[0].namespace().unwrap(),
         s.dynamic_envs[0].name_any()
     );
-    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    (key, plan(&s, &native(), &PlanConfig::default()).await)
+}
+
+#[tokio::test]
+async fn pod_labels_that_leave_the_services_selector_are_a_subset_error_and_get_no_route() {
+    let (key, p) = plan_simple_with(|de| {
+        de["spec"]["subsets"][0]["podLabels"] = json!({"app": "reviews-canary"});
+    })
+    .await;
     let status = status_of(&p, &key);
     let entry = status.subsets_status.values().next().unwrap();
     let errors = &entry.subset_errors.as_ref().unwrap().subset;
@@ -521,22 +529,15 @@ async fn pod_labels_that_leave_the_services_selector_are_a_subset_error_and_get_
 
 #[tokio::test]
 async fn a_match_istio_would_refuse_is_left_out_and_every_subset_says_why() {
-    let mut s = read(&fixtures().join("simple"));
-    let text = serde_yaml::to_string(&*s.dynamic_envs[0]).unwrap();
-    let mut de: Value = serde_yaml::from_str(&text).unwrap();
-    let good = de["spec"]["istioMatches"][0].clone();
-    de["spec"]["istioMatches"] = json!([
-        {"headers": {"end user": {"exact": "jason"}}},
-        {"sourceLabels": {"app": "product page!"}},
-        good,
-    ]);
-    s.dynamic_envs = vec![Arc::new(serde_json::from_value(de).unwrap())];
-    let key = format!(
-        "{}/{}",
-        s.dynamic_envs[0].namespace().unwrap(),
-        s.dynamic_envs[0].name_any()
-    );
-    let p = plan(&s, &native(), &PlanConfig::default()).await;
+    let (key, p) = plan_simple_with(|de| {
+        let good = de["spec"]["istioMatches"][0].clone();
+        de["spec"]["istioMatches"] = json!([
+            {"headers": {"end user": {"exact": "jason"}}},
+            {"sourceLabels": {"app": "product page!"}},
+            good,
+        ]);
+    })
+    .await;
     let status = status_of(&p, &key);
     let entry = status.subsets_status.values().next().unwrap();
     let errors: Vec<&str> = entry

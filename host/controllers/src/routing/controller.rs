@@ -223,17 +223,11 @@ impl Routing {
     /// namespaces, the objects it made anywhere, and every VirtualService.
     fn snapshot_for(&self, de: &Arc<DynamicEnv>) -> Snapshot {
         let owner = de_key(de);
-        let namespaces: BTreeSet<&str> = de
-            .spec
-            .subsets
-            .iter()
-            .chain(de.spec.consumers.iter().flatten())
-            .map(|s| s.namespace.as_str())
-            .collect();
+        let namespaces = names::entry_namespaces(de);
         let wanted = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             meta.namespace
                 .as_deref()
-                .is_some_and(|ns| namespaces.contains(ns))
+                .is_some_and(|ns| namespaces.contains(&ns))
                 || clone::owner(meta) == Some(owner.as_str())
         };
         Snapshot {
@@ -363,6 +357,20 @@ impl Routing {
                             Change::Created => ("Created", "Create"),
                             Change::Updated => ("Updated", "Update"),
                         };
+                        // A refusal names the object and the entry it is for.
+                        let refused = |e, kind: &'static str| {
+                            let field = if kind == "Deployment" {
+                                "deployment"
+                            } else {
+                                "destinationRule"
+                            };
+                            Error::refused_or(
+                                e,
+                                || format!("{kind} {ns}/{name}"),
+                                field,
+                                Some(clone::subset_of_value(object).to_owned()),
+                            )
+                        };
                         let related = if kind == "Deployment" {
                             let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
                             let before = rv_of(&snapshot.deployments, ns, name);
@@ -372,14 +380,7 @@ impl Routing {
                                 .writer
                                 .apply(&api, name, object)
                                 .await
-                                .map_err(|e| {
-                                    Error::refused_or(
-                                        e,
-                                        || format!("Deployment {ns}/{name}"),
-                                        "deployment",
-                                        Some(clone::subset_of_value(object).to_owned()),
-                                    )
-                                })?;
+                                .map_err(|e| refused(e, "Deployment"))?;
                             let related = obj.object_ref(&());
                             self.deployments.record(key_of(&obj), before, Some(obj));
                             related
@@ -396,14 +397,7 @@ impl Routing {
                                 .writer
                                 .apply(&api, name, object)
                                 .await
-                                .map_err(|e| {
-                                    Error::refused_or(
-                                        e,
-                                        || format!("DestinationRule {ns}/{name}"),
-                                        "destinationRule",
-                                        Some(clone::subset_of_value(object).to_owned()),
-                                    )
-                                })?;
+                                .map_err(|e| refused(e, "DestinationRule"))?;
                             let related = obj.object_ref(&());
                             self.destination_rules
                                 .record(key_of(&obj), before, Some(obj));
