@@ -655,3 +655,30 @@ pub fn istio_validate(yaml: &str) -> (bool, String) {
     );
     (out.status.success(), report)
 }
+
+/// `GET /` with `Host: host` over `stream` (HTTP/1.1, `Connection: close`): the status code
+/// and body.
+///
+/// # Errors
+/// The stream fails.
+pub async fn http_get_over<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    host: &str,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let raw = String::from_utf8_lossy(&raw);
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}

@@ -126,22 +126,10 @@ async fn serve(listener: TcpListener, ip: String) {
 
 /// `GET /` through the resolver for Service `web` of `ns`: (status, body).
 async fn get(resolver: SocketAddr, ns: &str) -> (u16, String) {
-    let mut conn = TcpStream::connect(resolver).await.expect("connect");
-    let request =
-        format!("GET / HTTP/1.1\r\nHost: web.{ns}.svc.cluster.local\r\nConnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).await.unwrap();
-    let status = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let conn = TcpStream::connect(resolver).await.expect("connect");
+    wasmop_tests::http_get_over(conn, &format!("web.{ns}.svc.cluster.local"))
+        .await
+        .expect("GET through the resolver")
 }
 
 fn is_mode(want: &'static str) -> impl Fn(Option<&ElasticService>) -> bool {

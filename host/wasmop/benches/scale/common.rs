@@ -14,7 +14,6 @@ use kube::api::{
 };
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Every `BUSY_EVERY`th service's trigger votes up; the others are idle, at zero.
 pub const BUSY_EVERY: usize = 5;
@@ -375,29 +374,6 @@ impl Latencies {
             _ => format!("no successful trial ({} failed)", self.failed),
         }
     }
-}
-
-/// `GET /` with `Host: host` over `stream` (HTTP/1.1, `Connection: close`): the status code
-/// and body.
-pub async fn get_over<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    host: &str,
-) -> std::io::Result<(u16, String)> {
-    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    let raw = String::from_utf8_lossy(&raw);
-    let status = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
 }
 
 /// A scratch directory for this run's sockets, specs and logs: `target/e2e-dumps/bench-scale-<pid>`.

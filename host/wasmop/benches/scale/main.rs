@@ -444,7 +444,7 @@ where
         let host = format!("{}.{ns}.svc.cluster.local", svc_name(i));
         let started = Instant::now();
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
-            common::get_over(connect().await?, &host).await
+            wasmop_tests::http_get_over(connect().await?, &host).await
         })
         .await;
         match answer {
@@ -712,7 +712,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 /// The rows of the comparison table: (figure, value of a side).
 fn figures(side: &Side) -> Vec<(&'static str, Option<f64>, String)> {
     let w = &side.window;
-    vec![
+    let mut rows = vec![
         (
             "converge from start (s)",
             side.converge,
@@ -751,36 +751,36 @@ fn figures(side: &Side) -> Vec<(&'static str, Option<f64>, String)> {
                 side.rss_total() * 1000.0 / side.objects.max(1) as f64
             ),
         ),
-        (
+    ];
+    rows.extend(latency_rows(
+        [
             "change to write, spec change, p50 (ms)",
-            side.spec_change.quantile(0.5).map(|s| s * 1e3),
-            side.spec_change.describe(),
-        ),
-        (
             "change to write, spec change, p99 (ms)",
-            side.spec_change.quantile(0.99).map(|s| s * 1e3),
-            String::new(),
-        ),
-        (
+        ],
+        &side.spec_change,
+    ));
+    rows.extend(latency_rows(
+        [
             "change to write, trigger change, p50 (ms)",
-            side.trigger_change.quantile(0.5).map(|s| s * 1e3),
-            side.trigger_change.describe(),
-        ),
-        (
             "change to write, trigger change, p99 (ms)",
-            side.trigger_change.quantile(0.99).map(|s| s * 1e3),
-            String::new(),
-        ),
-        (
-            "cold start, p50 (ms)",
-            side.cold_start.quantile(0.5).map(|s| s * 1e3),
-            side.cold_start.describe(),
-        ),
-        (
-            "cold start, p99 (ms)",
-            side.cold_start.quantile(0.99).map(|s| s * 1e3),
-            String::new(),
-        ),
+        ],
+        &side.trigger_change,
+    ));
+    rows.extend(latency_rows(
+        ["cold start, p50 (ms)", "cold start, p99 (ms)"],
+        &side.cold_start,
+    ));
+    rows
+}
+
+/// The p50 and p99 rows of one latency figure, in milliseconds; the first row describes it.
+fn latency_rows(
+    labels: [&'static str; 2],
+    l: &common::Latencies,
+) -> [(&'static str, Option<f64>, String); 2] {
+    [
+        (labels[0], l.quantile(0.5).map(|s| s * 1e3), l.describe()),
+        (labels[1], l.quantile(0.99).map(|s| s * 1e3), String::new()),
     ]
 }
 
