@@ -19,11 +19,13 @@ use serde::{Deserialize, Serialize};
     kind = "DynamicEnv",
     namespaced,
     shortname = "de",
+    category = "wasmop",
+    doc = "A DynamicEnv clones Deployments with overrides and routes the requests that match its istioMatches to the clones through Istio VirtualServices and DestinationRules (Riskified's Dynamic Environment). See docs/routing.md.",
     status = "DynamicEnvStatus",
-    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.state"}"#,
-    printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".status.totalCount"}"#,
-    printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.totalReady"}"#,
-    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.state","description":"ready, processing or degraded"}"#,
+    printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".status.totalCount","description":"Subsets and consumers"}"#,
+    printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.totalReady","description":"Subsets and consumers ready"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1,"description":"Why the router plugin is or is not ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

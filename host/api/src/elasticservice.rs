@@ -20,13 +20,15 @@ pub const DEMAND_ANNOTATION: &str = "wasmop.dev/demand";
     version = "v1alpha1",
     kind = "ElasticService",
     namespaced,
-    shortname = "es",
+    shortname = "elsvc",
+    category = "wasmop",
+    doc = "An ElasticService scales a workload to zero when its triggers say it is idle and back up on the first request, which the wasmop resolver holds meanwhile (KubeElasti's ElastiService). See docs/scaling.md.",
     status = "ElasticServiceStatus",
-    printcolumn = r#"{"name":"Service","type":"string","jsonPath":".spec.service"}"#,
-    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Last Scaled Up","type":"date","jsonPath":".status.lastScaledUpTime"}"#,
-    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Service","type":"string","jsonPath":".spec.service","description":"The public Service"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode","description":"serve (traffic to the workload) or proxy (to the resolver, at zero)"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"The Ready condition"}"#,
+    printcolumn = r#"{"name":"Last Scaled Up","type":"date","jsonPath":".status.lastScaledUpTime","description":"When the service was last scaled up"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1,"description":"Why the scaler plugin is or is not ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

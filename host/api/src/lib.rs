@@ -38,6 +38,51 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    /// `kubectl explain` opens with what the kind does, `kubectl get wasmop` lists every kind,
+    /// every column says what it shows, and no short name is one another common CRD claims
+    /// (`es`: Elasticsearch).
+    #[test]
+    fn every_kind_explains_itself_and_joins_the_wasmop_category() {
+        for (file, crd) in super::crds() {
+            let names = &crd.spec.names;
+            assert_eq!(
+                names.categories.as_deref(),
+                Some(&["wasmop".to_owned()][..]),
+                "{file}"
+            );
+            let short = names.short_names.clone().unwrap_or_default();
+            assert!(
+                !short.is_empty() && !short.contains(&"es".to_owned()),
+                "{file}: {short:?}"
+            );
+            let root = crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| s.description.clone())
+                .unwrap_or_default();
+            assert!(
+                root.starts_with(&format!(
+                    "A{} {}",
+                    if names.kind.starts_with('E') { "n" } else { "" },
+                    names.kind
+                )) && root.contains("docs/"),
+                "{file}: {root}"
+            );
+            for c in crd.spec.versions[0]
+                .additional_printer_columns
+                .iter()
+                .flatten()
+            {
+                assert!(
+                    c.name == "Age" || c.description.as_deref().is_some_and(|d| !d.is_empty()),
+                    "{file}: column {} has no description",
+                    c.name
+                );
+            }
+        }
+    }
+
     /// `kubectl get -o wide` shows each resource's `PluginReady` reason (Loaded, LoadFailed, …).
     #[test]
     fn every_kind_shows_its_plugin_readiness_in_wide_output() {

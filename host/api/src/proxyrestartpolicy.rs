@@ -24,13 +24,15 @@ pub const DEFAULT_GATEWAY_NAME: &str = "istio-ingressgateway";
     version = "v1alpha1",
     kind = "ProxyRestartPolicy",
     shortname = "prp",
+    category = "wasmop",
+    doc = "A ProxyRestartPolicy keeps the Istio sidecars of the pods it selects, and one ingress gateway, in a desired state, restarting their workloads once per change within chunk limits and a maintenance window (the Kyma Istio Operator's restarters). See docs/restart.md.",
     status = "ProxyRestartPolicyStatus",
-    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
-    printcolumn = r#"{"name":"Proxy Image","type":"string","jsonPath":".spec.proxy.image","priority":1}"#,
-    printcolumn = r#"{"name":"Restarted","type":"integer","jsonPath":".status.summary.workloadsRestarted"}"#,
-    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.summary.workloadsPending"}"#,
-    printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.summary.warnings"}"#,
-    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Ready, Processing, Warning or Error"}"#,
+    printcolumn = r#"{"name":"Proxy Image","type":"string","jsonPath":".spec.proxy.image","priority":1,"description":"The desired sidecar image"}"#,
+    printcolumn = r#"{"name":"Restarted","type":"integer","jsonPath":".status.summary.workloadsRestarted","description":"Workloads restarted by the last reconcile"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.summary.workloadsPending","description":"Workloads waiting for the next chunk or window"}"#,
+    printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.summary.warnings","description":"Workloads that need a manual restart"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1,"description":"Why the restart plugin is or is not ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
