@@ -21,9 +21,22 @@ pub(crate) struct Cli {
     /// commands, whose answer is their output].
     #[arg(long, env = "WASMOP_LOG", global = true)]
     pub log: Option<String>,
+    /// Log lines as `text` (for people) or `json` (one object per line, for log collectors:
+    /// `timestamp`, `level`, `target`, `fields.message` and the other fields).
+    #[arg(long, env = "WASMOP_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of log lines (`--log-format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Subcommands.
@@ -85,13 +98,16 @@ pub(crate) fn main() -> ExitCode {
         _ => "info",
     };
     let log = cli.log.as_deref().unwrap_or(default_log);
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(log).unwrap_or_else(|_| default_log.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_new(log).unwrap_or_else(|_| default_log.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

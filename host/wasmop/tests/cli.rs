@@ -640,3 +640,45 @@ fn check_registry_gives_a_verdict_per_entry() {
     );
     assert_says(&bad, "hook");
 }
+
+#[test]
+fn log_lines_are_json_objects_with_log_format_json() {
+    let plan = |format: &str| {
+        Command::new(env!("CARGO_BIN_EXE_wasmop"))
+            .args(["--log", "debug", "--log-format", format, "plan", "-f"])
+            .arg(wasmop_tests::repo_root().join("tests/fixtures/routing/simple/input"))
+            .output()
+            .unwrap()
+    };
+    let json = plan("json");
+    assert!(json.status.success(), "{}", text(&json));
+    let lines: Vec<&str> = std::str::from_utf8(&json.stderr).unwrap().lines().collect();
+    assert!(!lines.is_empty(), "debug logs on stderr");
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            v["timestamp"].is_string()
+                && matches!(v["level"].as_str(), Some("DEBUG" | "INFO"))
+                && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+    let plain = plan("text");
+    let first = std::str::from_utf8(&plain.stderr)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap_or_default();
+    assert!(
+        (first.contains(" DEBUG ") || first.contains(" INFO ")) && !first.starts_with('{'),
+        "{first}"
+    );
+    let bad = plan("xml");
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("possible values: text, json"),
+        "{}",
+        text(&bad)
+    );
+}
