@@ -682,3 +682,26 @@ pub async fn http_get_over<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unp
         .unwrap_or_default();
     Ok((status, body))
 }
+
+/// The upstream projects kept beside the repository (`../shared/peers`, read-only): where
+/// `WASMOP_PEERS_DIR` says, else `shared/peers` in the nearest folder above the repository
+/// that has one.
+///
+/// # Panics
+/// When there is none: the message says how to point at it.
+pub fn peers_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WASMOP_PEERS_DIR") {
+        return PathBuf::from(dir);
+    }
+    let root = repo_root();
+    root.ancestors()
+        .skip(1)
+        .map(|d| d.join("shared/peers"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no shared/peers above {} (upstream projects the tests run): set WASMOP_PEERS_DIR",
+                root.display()
+            )
+        })
+}

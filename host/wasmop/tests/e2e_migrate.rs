@@ -4,23 +4,17 @@
 //! policies (a server-side dry run).
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde::Deserialize as _;
 use serde_json::Value;
-use wasmop_tests::{install_crds, kubectl, repo_root};
-
-fn peers() -> PathBuf {
-    std::env::var_os("WASMOP_PEERS_DIR")
-        .map_or_else(|| repo_root().join("../shared/peers"), PathBuf::from)
-}
+use wasmop_tests::{install_crds, kubectl};
 
 #[test]
 #[ignore = "needs the local control plane; run by `make test`"]
 fn migrated_upstream_manifests_are_accepted_by_the_api_server() {
     install_crds();
-    let peers = peers();
+    let peers = wasmop_tests::peers_dir();
     for (file, kind, count) in [
         (
             "riskified-dynamic-environment/e2e-testing/kuttl/simple-test/00-bookinfo-details.yaml",

@@ -1,8 +1,8 @@
 //! Upstream Dynamic Environment's own e2e suite (`e2e-testing/kuttl`, 22 kuttl tests) against
 //! wasmop, with only the API group renamed (`riskified.com` → `wasmop.dev`, in apiVersions and
 //! the annotation key), run by kuttl as upstream runs it (`kuttl test -n default`, its
-//! `kuttl-test.yaml`). The suite is read from `../shared/peers/riskified-dynamic-environment`
-//! (`WASMOP_PEERS_DIR` overrides `../shared/peers`) and converted into a scratch directory;
+//! `kuttl-test.yaml`). The suite is read from `riskified-dynamic-environment` of
+//! [`wasmop_tests::peers_dir`] (`../shared/peers`) and converted into a scratch directory;
 //! kuttl and the yq its steps call come from scripts/setup.d/70-kuttl.sh.
 //!
 //! Every test must pass but those of [`DIFFERENCES`], docs/routing.md's documented
@@ -37,9 +37,7 @@ const DIFFERENCES: &[(&str, &str, &str)] = &[
 ];
 
 fn suite_source() -> PathBuf {
-    let peers = std::env::var_os("WASMOP_PEERS_DIR")
-        .map_or_else(|| repo_root().join("../shared/peers"), PathBuf::from);
-    peers.join("riskified-dynamic-environment/e2e-testing/kuttl")
+    wasmop_tests::peers_dir().join("riskified-dynamic-environment/e2e-testing/kuttl")
 }
 
 /// Copies `from` into `to`, with `riskified.com` renamed `wasmop.dev` in every file.
