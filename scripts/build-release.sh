@@ -54,7 +54,10 @@ if [ "$check" = 1 ]; then
   exit 0
 fi
 
-say "cargo build --profile $profile --target $TARGET -p wasmop (RUSTFLAGS=$RUSTFLAGS)"
+# The commit goes into wasmop_build_info{commit}; a build outside a git checkout says unknown.
+WASMOP_COMMIT=${WASMOP_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+export WASMOP_COMMIT
+say "cargo build --profile $profile --target $TARGET -p wasmop (RUSTFLAGS=$RUSTFLAGS, commit $WASMOP_COMMIT)"
 cargo build --locked --profile "$profile" --target "$TARGET" -p wasmop
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 dir=$profile

@@ -6,6 +6,7 @@
 //! | `wasmop_writes_total` | counter | verb, kind, outcome (`ok`, `passive`, `conflict`, `not_found`, `api`, `client`) |
 //! | `wasmop_reconcile_total` | counter | controller, outcome (`ok` or an error label) |
 //! | `wasmop_reconcile_duration_seconds` | histogram | controller |
+//! | `wasmop_build_info` | gauge, always 1 | version (the crate version), commit (`WASMOP_COMMIT` at build time, set by scripts/build-release.sh; `unknown` otherwise) |
 //!
 //! Controllers register metrics of their own with [`register`]; the plugin host registers its
 //! metrics through [`register_with`] (`wasmop_plugin_host::metrics`).
@@ -30,6 +31,12 @@ struct WriteLabels {
 struct ReconcileLabels {
     controller: String,
     outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,6 +72,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "reconcile_duration_seconds",
         "Reconcile wall time",
         reconcile_durations.clone(),
+    );
+    let build = Family::<BuildLabels, prometheus_client::metrics::gauge::Gauge>::default();
+    build
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            commit: option_env!("WASMOP_COMMIT").unwrap_or("unknown").to_owned(),
+        })
+        .set(1);
+    registry.register(
+        "build_info",
+        "The running build: its version and commit (always 1)",
+        build,
     );
     Metrics {
         registry: Mutex::new(registry),
@@ -125,6 +144,21 @@ pub fn encode() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_is_named_in_the_metrics() {
+        let text = encode();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("wasmop_build_info{"))
+            .unwrap_or_else(|| panic!("no wasmop_build_info in\n{text}"));
+        assert!(
+            line.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+                && line.contains("commit=\"")
+                && line.ends_with(" 1"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn writes_and_reconciles_are_counted_in_the_process_registry() {
