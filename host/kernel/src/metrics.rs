@@ -8,6 +8,10 @@
 //! | `wasmop_reconcile_duration_seconds` | histogram | controller |
 //! | `wasmop_build_info` | gauge, always 1 | version (the crate version), commit (`WASMOP_COMMIT` at build time, set by scripts/build-release.sh; `unknown` otherwise) |
 //!
+//! Beside them, without the prefix, the process metrics every Prometheus client library
+//! exports, read from `/proc/self` at each scrape: `process_cpu_seconds_total`,
+//! `process_resident_memory_bytes` and `process_open_fds` (none off Linux).
+//!
 //! Controllers register metrics of their own with [`register`]; the plugin host registers its
 //! metrics through [`register_with`] (`wasmop_plugin_host::metrics`).
 
@@ -134,16 +138,106 @@ pub fn register_with(f: impl FnOnce(&mut Registry)) {
 
 /// The registered metrics in the Prometheus text format.
 pub fn encode() -> String {
+    use prometheus_client::encoding::text;
+    static PROCESS: LazyLock<Registry> = LazyLock::new(|| {
+        let mut r = Registry::default();
+        r.register_collector(Box::new(ProcessCollector));
+        r
+    });
     let mut out = String::new();
     let registry = METRICS.registry.lock().unwrap_or_else(|e| e.into_inner());
-    prometheus_client::encoding::text::encode(&mut out, &registry)
+    text::encode_registry(&mut out, &registry)
+        .and_then(|()| text::encode_registry(&mut out, &PROCESS))
+        .and_then(|()| text::encode_eof(&mut out))
         .expect("writing to a String cannot fail");
     out
+}
+
+/// `process_*` from `/proc/self` (module documentation). CPU time is in clock ticks of 1/100 s,
+/// the `USER_HZ` Linux reports on every architecture.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl prometheus_client::collector::Collector for ProcessCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        if let (Some(utime), Some(stime)) = (ticks(11), ticks(12)) {
+            let cpu = ConstCounter::new((utime + stime) as f64 / 100.0);
+            cpu.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "User and system CPU time spent, in seconds",
+                None,
+                cpu.metric_type(),
+            )?)?;
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok());
+        if let Some(kib) = rss_kib {
+            let rss = ConstGauge::new(kib * 1024);
+            rss.encode(encoder.encode_descriptor(
+                "process_resident_memory_bytes",
+                "Resident memory, in bytes",
+                None,
+                rss.metric_type(),
+            )?)?;
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            let open = ConstGauge::new(i64::try_from(fds.count()).unwrap_or(i64::MAX));
+            open.encode(encoder.encode_descriptor(
+                "process_open_fds",
+                "Open file descriptors",
+                None,
+                open.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_metrics_are_read_at_each_scrape() {
+        let value = |text: &str, name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+                .parse()
+                .unwrap()
+        };
+        let before = encode();
+        assert!(value(&before, "process_resident_memory_bytes") > 1_000_000.0);
+        assert!(value(&before, "process_open_fds") >= 3.0);
+        let spin = std::time::Instant::now();
+        let mut n = 0u64;
+        while spin.elapsed() < Duration::from_millis(300) {
+            n = n.wrapping_add(std::hint::black_box(1));
+        }
+        let after = encode();
+        assert!(
+            value(&after, "process_cpu_seconds_total")
+                > value(&before, "process_cpu_seconds_total"),
+            "CPU time moves ({n} spins)"
+        );
+        assert_eq!(after.matches("# EOF").count(), 1, "{after}");
+        assert!(after.trim_end().ends_with("# EOF"));
+    }
 
     #[test]
     fn the_build_is_named_in_the_metrics() {
