@@ -9,8 +9,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::{Process, dump_dir, eventually, free_port, http_get};
@@ -65,7 +65,8 @@ pub struct QueryStub {
     pub addr: String,
     served: Arc<AtomicUsize>,
     connections: Arc<AtomicUsize>,
-    silent: Arc<AtomicBool>,
+    /// Whether requests go unanswered, and the wake-up for the held ones when that ends.
+    silent: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl QueryStub {
@@ -90,12 +91,15 @@ impl QueryStub {
         let addr = listener.local_addr().expect("stub address").to_string();
         let served = Arc::new(AtomicUsize::new(0));
         let connections = Arc::new(AtomicUsize::new(0));
-        let silent = Arc::new(AtomicBool::new(false));
+        let silent = Arc::new((Mutex::new(false), Condvar::new()));
         let (count, quiet) = (served.clone(), silent.clone());
         serve(listener, tls, connections.clone(), move |request| {
-            while quiet.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let (on, changed) = &*quiet;
+            drop(
+                changed
+                    .wait_while(on.lock().unwrap_or_else(|e| e.into_inner()), |on| *on)
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
             count.fetch_add(1, Ordering::Relaxed);
             let v = if request.contains("min_over_time") {
                 "1"
@@ -121,7 +125,9 @@ impl QueryStub {
 
     /// Turns silence on (requests are read and not answered until it is turned off) or off.
     pub fn set_silent(&self, on: bool) {
-        self.silent.store(on, Ordering::Relaxed);
+        let (silent, changed) = &*self.silent;
+        *silent.lock().unwrap_or_else(|e| e.into_inner()) = on;
+        changed.notify_all();
     }
 
     /// How many queries it has answered.

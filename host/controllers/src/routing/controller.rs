@@ -51,7 +51,7 @@ use serde_json::Value;
 use wasmop_kernel::cache::cache;
 
 use super::clone;
-use super::error::Error;
+use super::error::{Error, Refusal};
 use super::ir;
 use super::istio::{self, DestinationRule, VirtualService};
 use super::names;
@@ -325,7 +325,8 @@ impl Routing {
         Some(view.swap_remove(0))
     }
 
-    /// Makes the writes of `plan` (made on `snapshot` for `de`), in order.
+    /// Makes the writes of `plan` (made on `snapshot` for `de`), in order; returns those the
+    /// API server refused.
     async fn write(
         &self,
         de: &DynamicEnv,
@@ -333,6 +334,27 @@ impl Routing {
         plan: &Plan,
         router: &dyn Router,
     ) -> Result<Vec<Refusal>, Error> {
+        let mut refusals = Vec::new();
+        for w in &plan.writes {
+            // A refused write fails only itself: the others still go out.
+            match self.write_one(de, snapshot, plan, router, w).await {
+                Ok(()) => {}
+                Err(Error::Refused(r)) => refusals.push(r),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(refusals)
+    }
+
+    /// Makes one write of `plan`, with its Event and metric.
+    async fn write_one(
+        &self,
+        de: &DynamicEnv,
+        snapshot: &Snapshot,
+        plan: &Plan,
+        router: &dyn Router,
+        w: &Write,
+    ) -> Result<(), Error> {
         let why = if de.metadata.deletion_timestamp.is_some() {
             "the DynamicEnv is being deleted"
         } else {
@@ -344,198 +366,168 @@ impl Routing {
                 .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
                 .and_then(|d| d.metadata.resource_version.clone())
         };
-        let mut refusals = Vec::new();
-        for w in &plan.writes {
-            // A refused write fails only itself: the others still go out.
-            let result: Result<(), Error> = async {
-                match w {
-                    Write::Apply { change, object, .. } => {
-                        let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
-                        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                        let kind = object["kind"].as_str().unwrap_or_default();
-                        let (reason, action) = match change {
-                            Change::Created => ("Created", "Create"),
-                            Change::Updated => ("Updated", "Update"),
-                        };
-                        // A refusal names the object and the entry it is for.
-                        let refused = |e, kind: &'static str| {
-                            let field = if kind == "Deployment" {
-                                "deployment"
-                            } else {
-                                "destinationRule"
-                            };
-                            Error::refused_or(
-                                e,
-                                || format!("{kind} {ns}/{name}"),
-                                field,
-                                Some(clone::subset_of_value(object).to_owned()),
-                            )
-                        };
-                        let related = if kind == "Deployment" {
-                            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-                            let before = rv_of(&snapshot.deployments, ns, name);
-                            let obj = self
-                                .ctx
-                                .kernel
-                                .writer
-                                .apply(&api, name, object)
-                                .await
-                                .map_err(|e| refused(e, "Deployment"))?;
-                            let related = obj.object_ref(&());
-                            self.deployments.record(key_of(&obj), before, Some(obj));
-                            related
-                        } else {
-                            let api: Api<DestinationRule> = Api::namespaced(client.clone(), ns);
-                            let before = snapshot
-                                .destination_rules
-                                .iter()
-                                .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
-                                .and_then(|d| d.metadata.resource_version.clone());
-                            let obj = self
-                                .ctx
-                                .kernel
-                                .writer
-                                .apply(&api, name, object)
-                                .await
-                                .map_err(|e| refused(e, "DestinationRule"))?;
-                            let related = obj.object_ref(&());
-                            self.destination_rules
-                                .record(key_of(&obj), before, Some(obj));
-                            related
-                        };
-                        metrics()
-                            .changes
-                            .get_or_create(&ChangeLabels::new(kind, reason))
-                            .inc();
-                        let what = if kind == "Deployment" {
-                            format!(
-                                "clone Deployment {ns}/{name} of {}",
-                                clone::subset_of_value(object)
-                            )
-                        } else {
-                            format!(
-                                "DestinationRule {ns}/{name} (host {}, subset {})",
-                                object["spec"]["host"].as_str().unwrap_or_default(),
-                                object["spec"]["subsets"][0]["name"]
-                                    .as_str()
-                                    .unwrap_or_default()
-                            )
-                        };
-                        let verb = if *change == Change::Created {
-                            "created"
-                        } else {
-                            "updated"
-                        };
-                        self.event(
-                            de,
-                            Some(related),
-                            false,
-                            reason,
-                            action,
-                            format!("{what} {verb}"),
-                        )
-                        .await;
-                    }
-                    Write::Routes {
-                        key,
-                        namespace,
-                        name,
-                        base,
-                        http,
-                        ..
-                    } => {
-                        let expected = base.spec.http.as_deref().unwrap_or_default();
-                        let chain = plan.chains.get(key).cloned().unwrap_or_default();
-                        self.write_routes(
-                            de,
-                            (namespace.clone(), name.clone()),
-                            expected,
-                            http,
-                            &chain,
-                            router,
-                        )
-                        .await?;
-                    }
-                    Write::Delete {
-                        kind,
-                        namespace,
-                        name,
-                        ..
-                    } => {
-                        let existed = if kind == "Deployment" {
-                            let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-                            let before = rv_of(&snapshot.deployments, namespace, name);
-                            let existed = self.ctx.kernel.writer.delete(&api, name).await?;
-                            self.deployments.record(
-                                (namespace.clone(), name.clone()),
-                                before,
-                                None,
-                            );
-                            existed
-                        } else {
-                            let api: Api<DestinationRule> =
-                                Api::namespaced(client.clone(), namespace);
-                            let before = snapshot
-                                .destination_rules
-                                .iter()
-                                .find(|d| key_of(d.as_ref()) == (namespace.clone(), name.clone()))
-                                .and_then(|d| d.metadata.resource_version.clone());
-                            let existed = self.ctx.kernel.writer.delete(&api, name).await?;
-                            self.destination_rules.record(
-                                (namespace.clone(), name.clone()),
-                                before,
-                                None,
-                            );
-                            existed
-                        };
-                        if existed {
-                            metrics()
-                                .changes
-                                .get_or_create(&ChangeLabels::new(kind, "Deleted"))
-                                .inc();
-                            let related = k8s_openapi::api::core::v1::ObjectReference {
-                                api_version: Some(if kind == "Deployment" {
-                                    "apps/v1".into()
-                                } else {
-                                    format!("{}/{}", istio::GROUP, istio::VERSION)
-                                }),
-                                kind: Some(kind.clone()),
-                                namespace: Some(namespace.clone()),
-                                name: Some(name.clone()),
-                                ..Default::default()
-                            };
-                            self.event(
-                                de,
-                                Some(related),
-                                false,
-                                "Deleted",
-                                "Delete",
-                                format!("{kind} {namespace}/{name} deleted: {why}"),
-                            )
-                            .await;
-                        }
-                    }
-                }
-                Ok(())
+        match w {
+            Write::Apply { change, object, .. } => {
+                let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                let kind = object["kind"].as_str().unwrap_or_default();
+                let (reason, action) = match change {
+                    Change::Created => ("Created", "Create"),
+                    Change::Updated => ("Updated", "Update"),
+                };
+                // A refusal names the object and the entry it is for.
+                let refused = |e, kind: &'static str| {
+                    let field = if kind == "Deployment" {
+                        "deployment"
+                    } else {
+                        "destinationRule"
+                    };
+                    Error::refused_or(
+                        e,
+                        || format!("{kind} {ns}/{name}"),
+                        field,
+                        Some(clone::subset_of_value(object).to_owned()),
+                    )
+                };
+                let related = if kind == "Deployment" {
+                    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+                    let before = rv_of(&snapshot.deployments, ns, name);
+                    let obj = self
+                        .ctx
+                        .kernel
+                        .writer
+                        .apply(&api, name, object)
+                        .await
+                        .map_err(|e| refused(e, "Deployment"))?;
+                    let related = obj.object_ref(&());
+                    self.deployments.record(key_of(&obj), before, Some(obj));
+                    related
+                } else {
+                    let api: Api<DestinationRule> = Api::namespaced(client.clone(), ns);
+                    let before = snapshot
+                        .destination_rules
+                        .iter()
+                        .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
+                        .and_then(|d| d.metadata.resource_version.clone());
+                    let obj = self
+                        .ctx
+                        .kernel
+                        .writer
+                        .apply(&api, name, object)
+                        .await
+                        .map_err(|e| refused(e, "DestinationRule"))?;
+                    let related = obj.object_ref(&());
+                    self.destination_rules
+                        .record(key_of(&obj), before, Some(obj));
+                    related
+                };
+                metrics()
+                    .changes
+                    .get_or_create(&ChangeLabels::new(kind, reason))
+                    .inc();
+                let what = if kind == "Deployment" {
+                    format!(
+                        "clone Deployment {ns}/{name} of {}",
+                        clone::subset_of_value(object)
+                    )
+                } else {
+                    format!(
+                        "DestinationRule {ns}/{name} (host {}, subset {})",
+                        object["spec"]["host"].as_str().unwrap_or_default(),
+                        object["spec"]["subsets"][0]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                    )
+                };
+                let verb = if *change == Change::Created {
+                    "created"
+                } else {
+                    "updated"
+                };
+                self.event(
+                    de,
+                    Some(related),
+                    false,
+                    reason,
+                    action,
+                    format!("{what} {verb}"),
+                )
+                .await;
             }
-            .await;
-            match result {
-                Err(Error::Refused {
-                    what,
-                    message,
-                    field,
-                    entry,
-                }) => refusals.push(Refusal {
-                    what,
-                    message,
-                    field,
-                    entry,
-                }),
-                Err(e) => return Err(e),
-                Ok(()) => {}
+            Write::Routes {
+                key,
+                namespace,
+                name,
+                base,
+                http,
+                ..
+            } => {
+                let expected = base.spec.http.as_deref().unwrap_or_default();
+                let chain = plan.chains.get(key).cloned().unwrap_or_default();
+                self.write_routes(
+                    de,
+                    (namespace.clone(), name.clone()),
+                    expected,
+                    http,
+                    &chain,
+                    router,
+                )
+                .await?;
+            }
+            Write::Delete {
+                kind,
+                namespace,
+                name,
+                ..
+            } => {
+                let existed = if kind == "Deployment" {
+                    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                    let before = rv_of(&snapshot.deployments, namespace, name);
+                    let existed = self.ctx.kernel.writer.delete(&api, name).await?;
+                    self.deployments
+                        .record((namespace.clone(), name.clone()), before, None);
+                    existed
+                } else {
+                    let api: Api<DestinationRule> = Api::namespaced(client.clone(), namespace);
+                    let before = snapshot
+                        .destination_rules
+                        .iter()
+                        .find(|d| key_of(d.as_ref()) == (namespace.clone(), name.clone()))
+                        .and_then(|d| d.metadata.resource_version.clone());
+                    let existed = self.ctx.kernel.writer.delete(&api, name).await?;
+                    self.destination_rules
+                        .record((namespace.clone(), name.clone()), before, None);
+                    existed
+                };
+                if existed {
+                    metrics()
+                        .changes
+                        .get_or_create(&ChangeLabels::new(kind, "Deleted"))
+                        .inc();
+                    let related = k8s_openapi::api::core::v1::ObjectReference {
+                        api_version: Some(if kind == "Deployment" {
+                            "apps/v1".into()
+                        } else {
+                            format!("{}/{}", istio::GROUP, istio::VERSION)
+                        }),
+                        kind: Some(kind.clone()),
+                        namespace: Some(namespace.clone()),
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    };
+                    self.event(
+                        de,
+                        Some(related),
+                        false,
+                        "Deleted",
+                        "Delete",
+                        format!("{kind} {namespace}/{name} deleted: {why}"),
+                    )
+                    .await;
+                }
             }
         }
-        Ok(refusals)
+        Ok(())
     }
 
     /// Writes the routes of one VirtualService: under the process's lock for it, on its newest
@@ -761,7 +753,7 @@ impl Routing {
         let mut status = plan.status.get(&key).cloned().unwrap_or_default();
         let refusals = self.write(&de, &snapshot, &plan, router.as_ref()).await?;
         for r in &refusals {
-            let error = format!("the API server refused {}: {}", r.what, r.message);
+            let error = r.to_string();
             add_refusal(&mut status, r.field, r.entry.as_deref(), &error);
             tracing::warn!(dynamicenv = %key, "{error}; retrying in {REFUSED_RETRY:?}");
             self.event(&de, None, true, "WriteRefused", "Write", error)
@@ -798,15 +790,9 @@ impl Routing {
         let refusals = self.write(&de, &snapshot, &plan, router.as_ref()).await?;
         // The finalizer stays until everything is removed, so nothing is left behind.
         if let Some(r) = refusals.into_iter().next() {
-            let error = format!("the API server refused {}: {}", r.what, r.message);
-            self.event(&de, None, true, "WriteRefused", "Write", error)
+            self.event(&de, None, true, "WriteRefused", "Write", r.to_string())
                 .await;
-            return Err(Error::Refused {
-                what: r.what,
-                message: r.message,
-                field: r.field,
-                entry: r.entry,
-            });
+            return Err(Error::Refused(r));
         }
         self.interest
             .write()
@@ -1066,14 +1052,6 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
     })
     .await;
     wasmop_kernel::unless_deleted_meanwhile(result).map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-/// A write the API server refused ([`Error::Refused`]).
-struct Refusal {
-    what: String,
-    message: String,
-    field: &'static str,
-    entry: Option<String>,
 }
 
 /// How long a DynamicEnv whose write the API server refused waits before it tries again (its

@@ -2,6 +2,21 @@
 
 use wasmop_kernel::gate::WriteError;
 
+/// A write the API server refused ([`Error::Refused`]); it displays as the line the status
+/// and the `WriteRefused` Event carry.
+#[derive(Debug, thiserror::Error)]
+#[error("the API server refused {what}: {message}")]
+pub struct Refusal {
+    /// The object, e.g. `Deployment ns/name` or `VirtualService ns/name`.
+    pub what: String,
+    /// The API server's message.
+    pub message: String,
+    /// Which status list it belongs to: `deployment`, `destinationRule`, `virtualServices`.
+    pub field: &'static str,
+    /// The subset or consumer (`<namespace>/<deployment>`) it was for, if one.
+    pub entry: Option<String>,
+}
+
 /// Why a reconcile of a DynamicEnv failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -15,17 +30,8 @@ pub enum Error {
     /// The API server (or an admission webhook, Istio's validation say) refused a write as
     /// invalid or forbidden (400, 403, 422): retrying the same write cannot succeed, so the
     /// DynamicEnv's status and a Warning Event say so instead.
-    #[error("the API server refused {what}: {message}")]
-    Refused {
-        /// The object, e.g. `Deployment ns/name` or `VirtualService ns/name`.
-        what: String,
-        /// The API server's message.
-        message: String,
-        /// Which status list it belongs to: `deployment`, `destinationRule`, `virtualServices`.
-        field: &'static str,
-        /// The subset or consumer (`<namespace>/<deployment>`) it was for, if one.
-        entry: Option<String>,
-    },
+    #[error("{0}")]
+    Refused(Refusal),
     /// The finalizer step failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -41,12 +47,14 @@ impl Error {
         entry: Option<String>,
     ) -> Self {
         match (&e, e.status_code()) {
-            (WriteError::Kube(kube::Error::Api(s)), Some(400 | 403 | 422)) => Error::Refused {
-                what: what(),
-                message: s.message.clone(),
-                field,
-                entry,
-            },
+            (WriteError::Kube(kube::Error::Api(s)), Some(400 | 403 | 422)) => {
+                Error::Refused(Refusal {
+                    what: what(),
+                    message: s.message.clone(),
+                    field,
+                    entry,
+                })
+            }
             _ => Error::Write(e),
         }
     }
@@ -58,7 +66,7 @@ impl Error {
             Error::Write(e) if e.is_conflict() => "conflict",
             Error::Write(_) => "write",
             Error::Stale(_) => "stale",
-            Error::Refused { .. } => "refused",
+            Error::Refused(_) => "refused",
             Error::Finalizer(e) => match e.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
                 | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
@@ -73,7 +81,7 @@ impl Error {
         use kube::runtime::finalizer::Error as F;
         match self {
             Error::Stale(_) => true,
-            Error::Refused { .. } => false,
+            Error::Refused(_) => false,
             Error::Write(e) => e.is_conflict(),
             Error::Finalizer(e) => match e.as_ref() {
                 F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)) => {

@@ -970,20 +970,21 @@ impl<'a> Planner<'a> {
             ..Interest::default()
         };
         let version = self.version_of(de, &key);
-        let mut matches = istio_matches(de);
         // Matches Istio would refuse are left out, and every subset says why.
         let mut match_errors = Vec::new();
-        let mut i = 0;
-        matches.retain(|m| {
-            let at = i;
-            i += 1;
-            invalid_match(m).is_none_or(|why| {
-                match_errors.push(format!(
-                    "istioMatches[{at}]: {why}, so Istio would refuse its routes: it is left out (istioMatches are immutable: create the DynamicEnv again with a valid one)"
-                ));
-                false
+        let matches: Vec<IstioMatch> = istio_matches(de)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(at, m)| match invalid_match(&m) {
+                None => Some(m),
+                Some(why) => {
+                    match_errors.push(format!(
+                        "istioMatches[{at}]: {why}, so Istio would refuse its routes: it is left out (istioMatches are immutable: create the DynamicEnv again with a valid one)"
+                    ));
+                    None
+                }
             })
-        });
+            .collect();
         let mut entries = Vec::new();
         let subsets: BTreeSet<(&str, &str)> = de
             .spec
@@ -1281,62 +1282,58 @@ impl<'a> Planner<'a> {
             .and_then(|s| s.template.metadata.as_ref())
             .and_then(|m| m.labels.clone())
             .unwrap_or_default();
-        let hosts: Vec<String> = self
+        let selecting: Vec<&Service> = self
             .index
             .services
             .get(ns)
             .into_iter()
             .flatten()
+            .copied()
             .filter(|s| selects(s, &pod_labels))
-            .map(|svc| {
-                interest.objects.insert(
-                    ir::key("Service", ns, &svc.name_any()),
-                    Some(fingerprint_service(svc)),
-                );
-                svc.name_any()
-            })
             .collect();
-        interest.pod_labels.push((ns.to_owned(), pod_labels));
-        // A Service whose selector the clone's pods leave (podLabels, --remove-labels) would
-        // send the subset's requests nowhere: no route for that host, and an error.
-        let selected = hosts.len();
-        let hosts: Vec<String> = hosts
-            .into_iter()
-            .filter(|host| {
-                let Some(svc) = self.index.services.get(ns).into_iter().flatten().find(|s| s.name_any() == *host) else {
-                    return true;
-                };
-                if selects(svc, &clone_pod_labels) {
-                    return true;
-                }
-                let selector = svc.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default();
-                let left: Vec<String> = selector
-                    .iter()
-                    .filter(|(k, v)| clone_pod_labels.get(*k) != Some(*v))
-                    .map(|(k, v)| match clone_pod_labels.get(k) {
-                        Some(have) => format!("{k}={v} (the clone's pods have {k}={have})"),
-                        None => format!("{k}={v} (the clone's pods lack {k})"),
-                    })
-                    .collect();
-                let e = format!(
-                    "the clone's pods leave the selector of Service {ns}/{host} ({}), so subset {version} would have no endpoint: no route is written for host {host}; change podLabels or --remove-labels",
-                    left.join(", ")
-                );
-                self.ir.post_error(&entry.ir_key, &e);
-                entry.errors.subset.push(e);
-                false
-            })
-            .collect();
-        if hosts.is_empty() && selected > 0 {
-            return true;
+        for svc in &selecting {
+            interest.objects.insert(
+                ir::key("Service", ns, &svc.name_any()),
+                Some(fingerprint_service(svc)),
+            );
         }
-        if hosts.is_empty() {
+        interest.pod_labels.push((ns.to_owned(), pod_labels));
+        if selecting.is_empty() {
             let e = format!(
                 "no Service in namespace {ns} selects the pods of Deployment {}: nothing to route to (a Service with an empty selector selects nothing)",
                 subset.name
             );
             self.ir.post_error(&entry.ir_key, &e);
             entry.errors.subset.push(e);
+            return true;
+        }
+        // A Service whose selector the clone's pods leave (podLabels, --remove-labels) would
+        // send the subset's requests nowhere: no route for that host, and an error.
+        let mut hosts = Vec::with_capacity(selecting.len());
+        for svc in selecting {
+            let host = svc.name_any();
+            if selects(svc, &clone_pod_labels) {
+                hosts.push(host);
+                continue;
+            }
+            let left: Vec<String> = svc
+                .spec
+                .iter()
+                .flat_map(|s| s.selector.iter().flatten())
+                .filter(|(k, v)| clone_pod_labels.get(*k) != Some(*v))
+                .map(|(k, v)| match clone_pod_labels.get(k) {
+                    Some(have) => format!("{k}={v} (the clone's pods have {k}={have})"),
+                    None => format!("{k}={v} (the clone's pods lack {k})"),
+                })
+                .collect();
+            let e = format!(
+                "the clone's pods leave the selector of Service {ns}/{host} ({}), so subset {version} would have no endpoint: no route is written for host {host}; change podLabels or --remove-labels",
+                left.join(", ")
+            );
+            self.ir.post_error(&entry.ir_key, &e);
+            entry.errors.subset.push(e);
+        }
+        if hosts.is_empty() {
             return true;
         }
         let default_version = subset
