@@ -187,6 +187,15 @@ pub struct ResourceStatus {
     pub namespace: String,
     /// Status value.
     pub status: String,
+    /// For a VirtualService only: its routes to the subset's service at the default version
+    /// that got no copy for some istioMatch, each as `route "NAME" (spec.http[I]) has no copy
+    /// for istioMatches[J, …]` (docs/routing.md, "Routes that get no copy"); omitted when empty.
+    #[serde(
+        rename = "skippedRoutes",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub skipped_routes: Vec<String>,
 }
 
 /// An error attached to a status entry (de-duplicated by text; cleared once fixed).

@@ -167,6 +167,64 @@ fn check_other_targets(route: &Map<String, Value>, input: &[Value]) -> Result<()
     Ok(())
 }
 
+/// The routes of `answer` (a checked answer for `request`) that send traffic to the request's
+/// service at its default version but are not preceded by a copy for every istioMatch, one
+/// note each: `route "NAME" (spec.http[I]) has no copy for istioMatches[J, …]`. The default
+/// plugin leaves a copy out when it would match requests its route does not (a condition on the
+/// same header or source label that cannot be narrowed, a `withoutHeaders` that excludes the
+/// DynamicEnv's value) or only requests an earlier route already takes (docs/routing.md,
+/// "Routes that get no copy"); the DynamicEnv's status lists these notes.
+pub(crate) fn uncopied(
+    request: &RouteRequest,
+    vs_namespace: &str,
+    answer: &[Value],
+) -> Vec<String> {
+    let prefix = request.route_prefix.as_str();
+    let service = Some((request.namespace.clone(), request.host.clone()));
+    let to_default = |route: &Value| {
+        route
+            .get("route")
+            .and_then(Value::as_array)
+            .is_some_and(|ds| {
+                ds.iter().any(|d| {
+                    let host = d.pointer("/destination/host").and_then(Value::as_str);
+                    let subset = d.pointer("/destination/subset").and_then(Value::as_str);
+                    host.and_then(|h| service_of_host(h, vs_namespace)) == service
+                        && subset == Some(request.default_version.as_str())
+                })
+            })
+    };
+    let mut notes = Vec::new();
+    let mut copies: Vec<&Value> = Vec::new();
+    for (i, route) in answer.iter().enumerate() {
+        if route_name(route).is_some_and(|n| n.starts_with(prefix)) {
+            copies.push(route);
+            continue;
+        }
+        if to_default(route) {
+            let missing: Vec<String> = (0..request.matches.len())
+                .filter(|&j| {
+                    !copies.iter().any(|c| {
+                        c.get("match")
+                            .and_then(Value::as_array)
+                            .is_some_and(|es| es.iter().any(|e| carries(e, &request.matches[j])))
+                    })
+                })
+                .map(|j| j.to_string())
+                .collect();
+            if !missing.is_empty() {
+                let name = route_name(route).map_or_else(String::new, |n| format!("{n:?} "));
+                notes.push(format!(
+                    "route {name}(spec.http[{i}]) has no copy for istioMatches[{}]",
+                    missing.join(", ")
+                ));
+            }
+        }
+        copies.clear();
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +396,33 @@ mod tests {
         assert!(check(&request(), "shop", &input(), &swapped).is_err());
         let dropped = vec![copy(), input()[1].clone()];
         assert!(check(&request(), "shop", &input(), &dropped).is_err());
+    }
+
+    #[test]
+    fn routes_without_a_copy_for_every_istio_match_are_noted() {
+        // A copy for istioMatches[0] before the first route, none before the second; the
+        // mirror of another host is not the service's and needs none.
+        let mut answer = answer_with(copy());
+        answer.push(json!({"name": "other", "route": [{"destination": {"host": "ratings", "subset": "shared"}}]}));
+        assert_eq!(
+            uncopied(&request(), "shop", &answer),
+            [
+                "route \"mirrored\" (spec.http[1]) has no copy for istioMatches[1]",
+                "route \"default\" (spec.http[2]) has no copy for istioMatches[0, 1]",
+            ]
+        );
+        // One copy per istioMatch before each: nothing to note.
+        let mut by_label = copy();
+        by_label["name"] = json!(format!("{PREFIX}1"));
+        by_label["match"] = json!([{"sourceLabels": {"track": "canary"}}]);
+        let full = [
+            copy(),
+            by_label.clone(),
+            input()[0].clone(),
+            copy(),
+            by_label,
+            input()[1].clone(),
+        ];
+        assert!(uncopied(&request(), "shop", &full).is_empty());
     }
 }

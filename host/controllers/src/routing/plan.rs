@@ -212,6 +212,9 @@ pub(crate) enum Outcome {
     Routed {
         /// Routes named with the prefix.
         routes: usize,
+        /// Routes to the default version without a copy for every istioMatch
+        /// ([`answer::uncopied`]).
+        skipped: Vec<String>,
     },
     /// The router failed; the VirtualService is left as the previous call left it.
     Failed {
@@ -615,8 +618,15 @@ pub async fn plan(snapshot: &Snapshot, router: &Arc<dyn Router>, cfg: &PlanConfi
                 host: call.request.host.clone(),
                 route_prefix: call.request.route_prefix.clone(),
                 outcome: match outcome {
-                    Outcome::Routed { routes: 0 } => "no route to copy".into(),
-                    Outcome::Routed { routes } => format!("routed: {routes} routes"),
+                    Outcome::Routed { routes: 0, skipped } if skipped.is_empty() => {
+                        "no route to copy".into()
+                    }
+                    Outcome::Routed { routes, skipped } if skipped.is_empty() => {
+                        format!("routed: {routes} routes")
+                    }
+                    Outcome::Routed { routes, skipped } => {
+                        format!("routed: {routes} routes; {}", skipped.join("; "))
+                    }
                     Outcome::Failed { message, .. } => format!("failed: {message}"),
                 },
             });
@@ -783,13 +793,14 @@ pub(crate) async fn run_chain(
                 };
                 let mine = ours(&out);
                 let routes = mine.len();
+                let skipped = answer::uncopied(&call.request, ns, &out);
                 // The same routes, only moved (e.g. behind another DynamicEnv's copies that
                 // now precede the default route): keep them where they are, or two
                 // DynamicEnvs on one VirtualService would swap places on every reconcile.
                 if mine != ours(&http) {
                     http = out;
                 }
-                Outcome::Routed { routes }
+                Outcome::Routed { routes, skipped }
             }
             Err((message, policy)) => Outcome::Failed { message, policy },
         });
@@ -1422,6 +1433,7 @@ impl<'a> Planner<'a> {
                 name,
                 namespace: ns.to_owned(),
                 status: status::IGNORED_MISSING_DR.into(),
+                ..Default::default()
             });
             return false;
         };
@@ -1467,6 +1479,7 @@ impl<'a> Planner<'a> {
                 name,
                 namespace: ns.to_owned(),
                 status: status::FAILED.into(),
+                ..Default::default()
             });
             return false;
         }
@@ -1534,6 +1547,7 @@ impl<'a> Planner<'a> {
             name,
             namespace: ns.to_owned(),
             status: status::RUNNING.into(),
+            ..Default::default()
         });
         true
     }
@@ -1729,23 +1743,25 @@ fn finish_dynamic_env(
     for entry in &mut de.entries {
         // In discovery order (each root VirtualService, then its delegates), as upstream lists
         // them.
-        let mut vs_status: Vec<((String, String), &'static str)> = Vec::new();
+        let mut vs_status: Vec<((String, String), &'static str, Vec<String>)> = Vec::new();
         let mut routed_hosts = 0;
         let mut dr_less_vs = false;
         let mut call_failed = false;
         let mut routed_calls = BTreeSet::new();
         for u in &entry.uses {
             let id = (u.ns.clone(), u.name.clone());
+            let mut skipped: &[String] = &[];
             let value = match &u.call {
                 None => {
                     dr_less_vs = true;
                     Some(status::IGNORED_MISSING_DR)
                 }
                 Some((chain, i)) => match results.get(chain).and_then(|(_, o)| o.get(*i)) {
-                    Some(Outcome::Routed { routes }) if *routes > 0 => {
+                    Some(Outcome::Routed { routes, skipped: s }) if *routes > 0 => {
                         if routed_calls.insert((chain.clone(), *i)) {
                             routed_hosts += 1;
                         }
+                        skipped = s;
                         Some(status::RUNNING)
                     }
                     Some(Outcome::Routed { .. }) if u.delegating_root => None,
@@ -1771,10 +1787,16 @@ fn finish_dynamic_env(
                 status::IGNORED_MISSING_VS => 2,
                 _ => 3,
             };
-            match vs_status.iter_mut().find(|(seen, _)| *seen == id) {
-                Some((_, slot)) if rank(value) < rank(slot) => *slot = value,
-                Some(_) => {}
-                None => vs_status.push((id, value)),
+            match vs_status.iter_mut().find(|(seen, ..)| *seen == id) {
+                Some((_, slot, notes)) => {
+                    if rank(value) < rank(slot) {
+                        *slot = value;
+                    }
+                    for note in skipped {
+                        push_unique(notes, note.clone());
+                    }
+                }
+                None => vs_status.push((id, value, skipped.to_vec())),
             }
         }
         if entry.routed_step {
@@ -1805,10 +1827,11 @@ fn finish_dynamic_env(
         }
         let virtual_services: Vec<ResourceStatus> = vs_status
             .into_iter()
-            .map(|((namespace, name), s)| ResourceStatus {
+            .map(|((namespace, name), s, skipped)| ResourceStatus {
                 name,
                 namespace,
                 status: s.into(),
+                skipped_routes: skipped,
             })
             .collect();
         let ready = entry.clone_status == status::RUNNING
@@ -1830,6 +1853,7 @@ fn finish_dynamic_env(
             name: entry.clone_name.clone(),
             namespace: entry.clone_ns.clone(),
             status: entry.clone_status.clone(),
+            ..Default::default()
         };
         if entry.consumer {
             out.consumers_status.insert(
@@ -1898,6 +1922,7 @@ fn removing_status(
         name: name.to_owned(),
         namespace: ns.to_owned(),
         status: status::REMOVING.into(),
+        ..Default::default()
     };
     let mut subsets = BTreeMap::new();
     for (key, prev) in &previous.subsets_status {
