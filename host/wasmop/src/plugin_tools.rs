@@ -313,7 +313,10 @@ async fn plugin_check_registry(
     let registry = Registry::new(runtime);
     let fetch = ManifestFetch {
         binaries,
-        local: LocalFetch { extra_ca_pem },
+        local: LocalFetch {
+            extra_ca_pem,
+            docker_config: None,
+        },
     };
     let report = registry.apply(config.clone(), &fetch).await;
     let mut failed = false;

@@ -131,6 +131,7 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
         api: api.clone(),
         local: LocalFetch {
             extra_ca_pem: ctx.plugins.runtime().extra_ca_pem().map(<[u8]>::to_vec),
+            docker_config: None,
         },
     };
     let cfg =
