@@ -101,7 +101,7 @@ pub(crate) enum PluginCommand {
 #[derive(Debug, clap::Args)]
 pub(crate) struct RegistryOptions {
     /// Plain HTTP instead of HTTPS, as an entry's `insecure: true`: for a registry on loopback
-    /// (localhost, 127.0.0.0/8, [::1]) only.
+    /// (`localhost`, 127.0.0.0/8, `[::1]`) only.
     #[arg(long)]
     pub insecure: bool,
     /// PEM CA certificates trusted besides the system's roots, as `wasmop run --extra-ca-file`.
