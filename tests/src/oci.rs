@@ -45,6 +45,7 @@ pub struct OciRegistry {
     name: String,
     process: Option<Process>,
     starts: usize,
+    tls: bool,
 }
 
 impl OciRegistry {
@@ -54,14 +55,44 @@ impl OciRegistry {
     /// # Panics
     /// When the binary is missing or the registry does not answer within 30 s.
     pub async fn start(name: &str, auth: bool) -> Self {
+        Self::launch(name, auth, None).await
+    }
+
+    /// As [`OciRegistry::start`] (anonymous), serving HTTPS with a certificate for
+    /// `127.0.0.1` and `localhost` signed by `ca`.
+    ///
+    /// # Panics
+    /// As [`OciRegistry::start`].
+    pub async fn start_tls(name: &str, ca: &crate::tls::TestCa) -> Self {
+        Self::launch(
+            name,
+            false,
+            Some(ca.server_pem(&["127.0.0.1", "localhost"])),
+        )
+        .await
+    }
+
+    async fn launch(name: &str, auth: bool, tls: Option<(String, String)>) -> Self {
         let dir = dump_dir().join(format!("oci-registry-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("storage")).expect("create the registry directory");
         let addr = format!("127.0.0.1:{}", free_port());
+        let tls_config = match &tls {
+            Some((cert, key)) => {
+                std::fs::write(dir.join("cert.pem"), cert).expect("write the certificate");
+                std::fs::write(dir.join("key.pem"), key).expect("write the key");
+                format!(
+                    ", tls: {{certificate: {}, key: {}}}",
+                    dir.join("cert.pem").display(),
+                    dir.join("key.pem").display()
+                )
+            }
+            None => String::new(),
+        };
         let mut config = format!(
             "version: 0.1\nlog: {{level: warn, accesslog: {{disabled: true}}}}\n\
              storage: {{filesystem: {{rootdirectory: {}}}, delete: {{enabled: true}}}}\n\
-             http: {{addr: '{addr}', secret: wasmop-e2e-not-secret}}\n",
+             http: {{addr: '{addr}', secret: wasmop-e2e-not-secret{tls_config}}}\n",
             dir.join("storage").display()
         );
         if auth {
@@ -80,6 +111,7 @@ impl OciRegistry {
             name: name.to_owned(),
             process: None,
             starts: 0,
+            tls: tls.is_some(),
         };
         registry.restart().await;
         registry
@@ -91,7 +123,7 @@ impl OciRegistry {
     }
 
     /// Starts the registry again on the same port with the same storage, and waits until it
-    /// answers `GET /v2/` (200, or 401 with auth).
+    /// answers `GET /v2/` (200, or 401 with auth; over TLS, the 400 a plain request gets).
     ///
     /// # Panics
     /// As [`OciRegistry::start`].
@@ -108,12 +140,13 @@ impl OciRegistry {
         ));
         let mut process = Process::spawn(cmd, log);
         let addr = self.addr.clone();
+        let answered: &[u16] = if self.tls { &[400] } else { &[200, 401] };
         eventually(
             "the OCI registry answers /v2/",
             Duration::from_secs(30),
             async || {
                 assert!(process.alive(), "the registry exited:\n{}", process.log());
-                http_get(&addr, "/v2/").filter(|(status, _)| matches!(status, 200 | 401))
+                http_get(&addr, "/v2/").filter(|(status, _)| answered.contains(status))
             },
         )
         .await;

@@ -4,7 +4,7 @@
 //! manifest digest; a wrong pin or an unknown digest is refused; a private repository needs
 //! the credentials of a Docker config; a registry that is down fails the entry at its source
 //! (retried) while the last good version keeps serving, and the retry loads it once the
-//! registry is back.
+//! registry is back. A registry over HTTPS is trusted through the extra CA only.
 
 use wasmop_plugin_host::oci::{self, Credentials, OciOptions, OciReference};
 use wasmop_plugin_host::registry::{LocalFetch, Registry, RegistryConfig};
@@ -268,4 +268,43 @@ async fn a_registry_that_is_down_is_retried_while_the_last_good_version_serves()
         Some(v2.component_sha256.as_str())
     );
     assert!(!registry.retrying("remote"));
+}
+
+#[tokio::test]
+#[ignore = "needs the OCI registry (scripts/setup.d/78-oci-registry.sh): run with make test or make e2e"]
+async fn a_registry_over_tls_is_trusted_through_the_extra_ca_only() {
+    let ca = wasmop_tests::tls::TestCa::new("wasmop OCI test CA");
+    let server = OciRegistry::start_tls("tls", &ca).await;
+    let tag = reference(&format!("oci://{}/plugins/dr:v1", server.addr));
+    let bytes = wasm("dr-lease");
+    let untrusted = OciOptions::default();
+    let e = oci::push(&tag, bytes.clone(), &untrusted)
+        .await
+        .unwrap_err();
+    assert!(e.starts_with(&tag.to_string()), "{e}");
+    assert!(
+        e.contains("UnknownIssuer"),
+        "an unknown CA is refused, in words: {e}"
+    );
+    let trusting = OciOptions {
+        extra_ca_pem: Some(ca.pem().as_bytes()),
+        ..OciOptions::default()
+    };
+    let pushed = oci::push(&tag, bytes.clone(), &trusting).await.unwrap();
+    assert_eq!(oci::pull(&tag, &trusting).await.unwrap().bytes, bytes);
+
+    let entry = RegistryConfig::parse(&format!(
+        "plugins:\n  - {{name: remote, hook: dr, source: '{tag}', sha256: {}}}\n",
+        pushed.component_sha256
+    ))
+    .unwrap();
+    let registry = registry();
+    let report = registry.apply(entry.clone(), &LocalFetch::default()).await;
+    assert!(report.failed[0].1.contains("UnknownIssuer"), "{report:?}");
+    let fetch = LocalFetch {
+        extra_ca_pem: Some(ca.pem().as_bytes().to_vec()),
+        ..LocalFetch::default()
+    };
+    let report = registry.retry(&fetch).await;
+    assert_eq!(report.loaded, ["remote"], "{report:?}");
 }
