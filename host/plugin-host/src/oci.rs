@@ -797,6 +797,49 @@ mod tests {
     }
 
     #[test]
+    fn takes_the_one_wasm_layer_of_a_manifest_within_the_size_limit() {
+        let r = OciReference::parse("oci://127.0.0.1:5000/router:v1").unwrap();
+        let layer = |media_type: &str, size: i64| OciDescriptor {
+            media_type: media_type.into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            size,
+            ..OciDescriptor::default()
+        };
+        let manifest = |layers: Vec<OciDescriptor>| OciImageManifest {
+            layers,
+            ..OciImageManifest::default()
+        };
+        let one = manifest(vec![layer(LAYER_MEDIA_TYPE, 10)]);
+        assert_eq!(component_layer(&r, &one).unwrap().size, 10);
+        let legacy = manifest(vec![layer(LEGACY_LAYER_MEDIA_TYPE, 10)]);
+        assert!(
+            component_layer(&r, &legacy).is_ok(),
+            "the wasm-to-oci layout pulls too"
+        );
+        let image = manifest(vec![layer(
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            10,
+        )]);
+        let e = component_layer(&r, &image).unwrap_err();
+        assert!(
+            e.contains("not a WebAssembly OCI artifact")
+                && e.contains("[\"application/vnd.oci.image.layer.v1.tar+gzip\"]"),
+            "{e}"
+        );
+        let two = manifest(vec![
+            layer(LAYER_MEDIA_TYPE, 10),
+            layer(LAYER_MEDIA_TYPE, 10),
+        ]);
+        assert!(component_layer(&r, &two).is_err(), "one layer, not two");
+        let large = manifest(vec![layer(
+            LAYER_MEDIA_TYPE,
+            MAX_COMPONENT_BYTES as i64 + 1,
+        )]);
+        let e = component_layer(&r, &large).unwrap_err();
+        assert!(e.contains("over the 256 MiB"), "{e}");
+    }
+
+    #[test]
     fn describes_a_component_by_its_imports_and_exports() {
         let wasm = crate::builtin::find("routing-istio").unwrap().wasm;
         let info = component_info(wasm).unwrap();
