@@ -19,8 +19,8 @@ lint:
 unit:
 	./scripts/test.sh unit
 
-# Tests that need the local control plane, moto, Prometheus, helm or the plugin toolchains
-# (the `#[ignore]`d ones); starts the control plane if it is not running.
+# Tests that need the local control plane, moto, Prometheus, the OCI registry, helm or the plugin
+# toolchains (the `#[ignore]`d ones); starts the control plane if it is not running.
 e2e:
 	./scripts/test.sh e2e
 

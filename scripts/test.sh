@@ -47,6 +47,9 @@ lint() {
   RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
   # shellcheck source=cargo-deny-version.sh
   . "$root/scripts/cargo-deny-version.sh"
+  # cargo deny reads the metadata of every target's dependencies (wasm32 ones too, which no
+  # build of this machine downloads): fetch them first.
+  cargo fetch --locked --quiet
   # Advisories need the RustSec database from the network, which this check does without.
   step "cargo deny check licenses bans sources"
   "$CARGO_DENY" --offline check --hide-inclusion-graph licenses bans sources

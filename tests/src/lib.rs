@@ -5,6 +5,7 @@
 //! namespace's objects are dumped to stderr and to `target/e2e-dumps/<namespace>.yaml`.
 
 pub mod dr;
+pub mod oci;
 pub mod prometheus;
 
 use std::future::Future;

@@ -32,6 +32,21 @@ impl TestCa {
         &self.pem
     }
 
+    /// A server certificate for `names` (DNS names or IP addresses) signed by this CA and its
+    /// key, both PEM, for a server that reads them from files.
+    ///
+    /// # Panics
+    /// When rcgen refuses the names.
+    pub fn server_pem(&self, names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("a server key");
+        let names = names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        let cert = rcgen::CertificateParams::new(names)
+            .expect("server params")
+            .signed_by(&key, &rcgen::Issuer::from_params(&self.params, &self.key))
+            .expect("a server certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// A server configuration (rustls on ring) presenting a certificate for `names` (DNS names
     /// or IP addresses) signed by this CA.
     ///

@@ -32,6 +32,7 @@ mod epoch;
 mod error;
 pub mod http_pool;
 pub mod metrics;
+pub mod oci;
 mod plugin;
 pub mod registry;
 mod runtime;

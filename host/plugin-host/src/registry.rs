@@ -138,6 +138,20 @@ pub enum Source {
     File(String),
     /// `https://…`: downloaded over TLS.
     Https(String),
+    /// `oci://…`: pulled from an OCI registry ([`crate::oci`]).
+    Oci(OciSource),
+}
+
+/// An `oci://` source with the entry's registry options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OciSource {
+    /// The reference.
+    pub reference: crate::oci::OciReference,
+    /// Plain HTTP (`insecure: true`), for a registry on loopback only.
+    pub insecure: bool,
+    /// The entry's `pullSecret`: a `kubernetes.io/dockerconfigjson` Secret in the operator's
+    /// namespace.
+    pub pull_secret: Option<String>,
 }
 
 impl Source {
@@ -166,11 +180,54 @@ impl Source {
             }
         } else if s.starts_with("https://") {
             Ok(Self::Https(s.to_owned()))
+        } else if s.starts_with("oci://") {
+            Ok(Self::Oci(OciSource {
+                reference: crate::oci::OciReference::parse(s)?,
+                insecure: false,
+                pull_secret: None,
+            }))
         } else {
             Err(format!(
-                "source {s:?}: expected builtin://, configmap://, file:// or https://"
+                "source {s:?}: expected builtin://, configmap://, file://, https:// or oci://"
             ))
         }
+    }
+
+    /// The source of registry entry `p`: its `source:` parsed, with its `insecure` and
+    /// `pullSecret` for an `oci://` one.
+    ///
+    /// # Errors
+    /// As [`Source::parse`]; `insecure` for a registry not on loopback; `insecure` or
+    /// `pullSecret` on a source that is not `oci://`; an empty `pullSecret`.
+    pub fn of_entry(p: &PluginSpec) -> Result<Self, String> {
+        let mut source = Self::parse(&p.source)?;
+        match &mut source {
+            Self::Oci(oci) => {
+                oci.reference.check_insecure(p.insecure)?;
+                if p.pull_secret.as_deref() == Some("") {
+                    return Err("pullSecret is empty: name a Secret of type \
+                                kubernetes.io/dockerconfigjson, or leave it out for an \
+                                anonymous pull"
+                        .into());
+                }
+                oci.insecure = p.insecure;
+                oci.pull_secret = p.pull_secret.clone();
+            }
+            _ if p.insecure => {
+                return Err(format!(
+                    "insecure applies to oci:// sources only, not {}",
+                    p.source
+                ));
+            }
+            _ if p.pull_secret.is_some() => {
+                return Err(format!(
+                    "pullSecret applies to oci:// sources only, not {}",
+                    p.source
+                ));
+            }
+            _ => {}
+        }
+        Ok(source)
     }
 }
 
@@ -184,11 +241,35 @@ pub trait Fetch: Send + Sync {
     async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String>;
 }
 
-/// Reads `file://` and `https://` sources; `configmap://` needs a cluster (the operator reads those).
+/// Reads `file://`, `https://` and `oci://` sources (an `oci://` one with a `pullSecret` with
+/// the credentials of [`LocalFetch::docker_config`]); `configmap://` needs a cluster (the
+/// operator reads those, and the pull Secrets).
 #[derive(Clone, Debug, Default)]
 pub struct LocalFetch {
-    /// PEM certificates trusted for `https://` sources in addition to the system's roots.
+    /// PEM certificates trusted for `https://` and `oci://` sources in addition to the system's
+    /// roots.
     pub extra_ca_pem: Option<Vec<u8>>,
+    /// A Docker config (`~/.docker/config.json`) whose credentials stand in for the pull
+    /// Secrets of `oci://` entries; `None` refuses an entry with a `pullSecret`.
+    pub docker_config: Option<Vec<u8>>,
+}
+
+/// Pulls the component of `source` with `credentials` and `extra_ca_pem` as trusted roots
+/// besides the system's.
+///
+/// # Errors
+/// As [`crate::oci::pull`].
+pub async fn oci_pull(
+    source: &OciSource,
+    credentials: crate::oci::Credentials,
+    extra_ca_pem: Option<&[u8]>,
+) -> Result<Vec<u8>, String> {
+    let options = crate::oci::OciOptions {
+        insecure: source.insecure,
+        extra_ca_pem,
+        credentials,
+    };
+    Ok(crate::oci::pull(&source.reference, &options).await?.bytes)
 }
 
 pub use crate::runtime::MAX_COMPONENT_BYTES;
@@ -439,6 +520,24 @@ impl Fetch for LocalFetch {
                 "configmap://{name}/{key} needs a cluster connection"
             )),
             Source::Https(url) => https_get(url, self.extra_ca_pem.as_deref()).await,
+            Source::Oci(oci) => {
+                let credentials = match (&oci.pull_secret, &self.docker_config) {
+                    (None, _) => crate::oci::Credentials::Anonymous,
+                    (Some(secret), None) => {
+                        return Err(format!(
+                            "pullSecret {secret} is read in the cluster; pass a Docker config \
+                             with the credentials for {} to use here",
+                            oci.reference.registry
+                        ));
+                    }
+                    (Some(_), Some(config)) => {
+                        crate::oci::docker_config_credentials(config, &oci.reference.registry)
+                            .map_err(|e| format!("the Docker config: {e}"))?
+                            .unwrap_or_default()
+                    }
+                };
+                oci_pull(oci, credentials, self.extra_ca_pem.as_deref()).await
+            }
         }
     }
 }
@@ -978,7 +1077,7 @@ impl Registry {
 /// # Errors
 /// What is wrong with the entry and how to write it.
 fn check_entry(p: &PluginSpec) -> Result<Checked, String> {
-    let checked = match Source::parse(&p.source)? {
+    let checked = match Source::of_entry(p)? {
         Source::Builtin(name) => {
             let b = builtin::find(&name).ok_or_else(|| builtin::unknown(&name))?;
             if b.hook != p.hook {
@@ -988,6 +1087,16 @@ fn check_entry(p: &PluginSpec) -> Result<Checked, String> {
                 ));
             }
             Checked::Builtin(b)
+        }
+        // A reference by digest pins the manifest, whose layer digest pins the component.
+        Source::Oci(oci) if oci.reference.digest.is_some() => Checked::Fetched(Source::Oci(oci)),
+        Source::Oci(_) if p.sha256.as_deref().is_none_or(str::is_empty) => {
+            return Err(format!(
+                "sha256 is required for source {}: pin the tag with the component's sha256 \
+                 (`wasmop plugin push` prints it), or reference the manifest by digest \
+                 (oci://REGISTRY/REPOSITORY@sha256:…)",
+                p.source
+            ));
         }
         _ if p.sha256.as_deref().is_none_or(str::is_empty) => {
             return Err(format!("sha256 is required for source {}", p.source));
@@ -1283,6 +1392,38 @@ defaults: { routing: istio-routing, scaling: custom }
                 .contains("sha256 is required")
         );
         assert!(err("{name: a, hook: routing, source: 'ftp://x'}").contains("expected builtin://"));
+        assert!(
+            err("{name: a, hook: routing, source: 'oci://r.example/router:v1'}")
+                .contains("sha256 is required for source oci://r.example/router:v1: pin the tag")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'oci://r.example/router:v1', sha256: '00', insecure: true}")
+                .contains("allowed only for a registry on loopback")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'https://r.example/a.wasm', sha256: '00', pullSecret: s}")
+                .contains("pullSecret applies to oci:// sources only")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'file:///a.wasm', sha256: '00', insecure: true}")
+                .contains("insecure applies to oci:// sources only")
+        );
+        assert!(
+            err("{name: a, hook: routing, source: 'oci://r.example/router:v1', sha256: '00', pullSecret: ''}")
+                .contains("pullSecret is empty")
+        );
+        let digest = format!("oci://127.0.0.1:5000/router@sha256:{}", "a".repeat(64));
+        let doc = format!(
+            "plugins: [{{name: a, hook: routing, source: '{digest}', insecure: true, pullSecret: creds}}]"
+        );
+        let config = RegistryConfig::parse(&doc).unwrap();
+        match check_entry(&config.plugins[0]) {
+            Ok(Checked::Fetched(Source::Oci(oci))) => {
+                assert!(oci.insecure);
+                assert_eq!(oci.pull_secret.as_deref(), Some("creds"));
+            }
+            other => panic!("a digest reference is its own pin: {other:?}"),
+        }
         assert!(
             err("{name: a, hook: scaling, source: 'builtin://routing-istio'}")
                 .contains("is a routing plugin")

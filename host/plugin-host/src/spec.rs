@@ -153,11 +153,21 @@ pub struct PluginSpec {
     pub name: String,
     /// The hook it implements.
     pub hook: Hook,
-    /// `builtin://NAME`, `configmap://NAME/KEY`, `file:///path` or `https://…`.
+    /// `builtin://NAME`, `configmap://NAME/KEY`, `file:///path`, `https://…`, or
+    /// `oci://REGISTRY/REPOSITORY:TAG` / `oci://REGISTRY/REPOSITORY@sha256:DIGEST`.
     pub source: String,
-    /// Lowercase hex sha256 of the component; required for every source but `builtin://`.
+    /// Lowercase hex sha256 of the component; required for every source but `builtin://` and
+    /// an `oci://` reference by digest (which pins it already; when both are given, both must
+    /// match).
     #[serde(default)]
     pub sha256: Option<String>,
+    /// `oci://` only: the Secret of type `kubernetes.io/dockerconfigjson` in the operator's
+    /// namespace whose credentials for the registry the pull uses; anonymous without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<String>,
+    /// `oci://` only: plain HTTP instead of HTTPS, allowed for a registry on loopback only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
     /// JSON passed to `validate-settings` and to every call.
     #[serde(default)]
     pub settings: Option<serde_json::Value>,
@@ -185,6 +195,8 @@ impl PluginSpec {
             hook,
             source: source.into(),
             sha256: None,
+            pull_secret: None,
+            insecure: false,
             settings: None,
             limits: Limits::default(),
             grants: Grants::default(),

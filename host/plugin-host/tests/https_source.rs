@@ -26,6 +26,7 @@ async fn https_sources_are_downloaded_verified_and_loaded() {
     std::fs::create_dir_all(&dir).unwrap();
     let fetch = LocalFetch {
         extra_ca_pem: Some(ca.pem().as_bytes().to_vec()),
+        docker_config: None,
     };
     let server = ca.server_config(&["localhost"]);
     let wasm = builtin::find("dr-lease").unwrap().wasm.to_vec();

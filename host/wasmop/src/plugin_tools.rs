@@ -1,5 +1,6 @@
-//! `wasmop plugin check|check-registry|run`: the tools of plugin authors, which load a
-//! component as the operator would, without a cluster.
+//! `wasmop plugin check|check-registry|run|push|pull`: the tools of plugin authors, which load
+//! a component as the operator would, without a cluster, and move it to and from an OCI
+//! registry.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -48,6 +49,33 @@ pub(crate) enum PluginCommand {
         #[arg(long, env = "WASMOP_PLUGIN_DATA_ROOT", value_name = "DIR",
               default_value = DEFAULT_PLUGIN_DATA_ROOT, value_parser = parse_data_root)]
         plugin_data_root: DataRoot,
+        /// A Docker config whose credentials stand in for the `pullSecret`s of `oci://`
+        /// entries (which the operator reads in the cluster) [default: `$DOCKER_CONFIG/config.json`,
+        /// else `~/.docker/config.json`, if there is one].
+        #[arg(long, value_name = "FILE")]
+        docker_config: Option<PathBuf>,
+    },
+    /// Push a component to an OCI registry as a WebAssembly OCI artifact (one `application/wasm`
+    /// layer) and print the `source:` and `sha256:` to paste into `plugins.yaml`.
+    Push {
+        /// The component file (`.wasm`).
+        file: PathBuf,
+        /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryOptions,
+    },
+    /// Pull a component from an OCI registry into a file, and print its digests.
+    Pull {
+        /// `oci://REGISTRY/REPOSITORY:TAG` or `oci://REGISTRY/REPOSITORY@sha256:DIGEST`.
+        reference: String,
+        /// The file to write the component to.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryOptions,
     },
     /// Make one call under production limits and print the result as JSON.
     Run {
@@ -67,6 +95,146 @@ pub(crate) enum PluginCommand {
         #[command(flatten)]
         entry: EntryOptions,
     },
+}
+
+/// How `plugin push` and `plugin pull` reach a registry.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RegistryOptions {
+    /// Plain HTTP instead of HTTPS, as an entry's `insecure: true`: for a registry on loopback
+    /// (`localhost`, 127.0.0.0/8, `[::1]`) only.
+    #[arg(long)]
+    pub insecure: bool,
+    /// PEM CA certificates trusted besides the system's roots, as `wasmop run --extra-ca-file`.
+    #[arg(long, value_name = "FILE")]
+    pub extra_ca_file: Option<PathBuf>,
+    /// A Docker config with the registry's credentials (`auths`, as `docker login` writes it
+    /// and as a `kubernetes.io/dockerconfigjson` Secret holds it) [default:
+    /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`, if there is one; anonymous
+    /// without an entry for the registry].
+    #[arg(long, value_name = "FILE")]
+    pub docker_config: Option<PathBuf>,
+}
+
+/// The Docker config of `--docker-config`, else of `$DOCKER_CONFIG/config.json` or
+/// `~/.docker/config.json` when there is one.
+///
+/// # Errors
+/// `--docker-config` (or a default file that exists) cannot be read.
+fn read_docker_config(given: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let dir = std::env::var_os("DOCKER_CONFIG")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")));
+            match dir.map(|d| d.join("config.json")).filter(|p| p.is_file()) {
+                Some(p) => p,
+                None => return Ok(None),
+            }
+        }
+    };
+    std::fs::read(&path)
+        .map(Some)
+        .with_context(|| format!("cannot read the Docker config {}", path.display()))
+}
+
+impl RegistryOptions {
+    /// The extra CA certificates and credentials for `reference`'s registry.
+    ///
+    /// # Errors
+    /// A file that cannot be read, or a Docker config that does not parse.
+    fn resolve(
+        &self,
+        reference: &wasmop_plugin_host::oci::OciReference,
+    ) -> anyhow::Result<(Option<Vec<u8>>, wasmop_plugin_host::oci::Credentials)> {
+        let extra_ca_pem = wasmop_plugin_host::read_extra_ca_file(self.extra_ca_file.as_deref())?;
+        let credentials = match read_docker_config(self.docker_config.as_deref())? {
+            Some(json) => {
+                wasmop_plugin_host::oci::docker_config_credentials(&json, &reference.registry)
+                    .map_err(|e| anyhow::anyhow!("the Docker config: {e}"))?
+                    .unwrap_or_default()
+            }
+            None => wasmop_plugin_host::oci::Credentials::Anonymous,
+        };
+        Ok((extra_ca_pem, credentials))
+    }
+}
+
+/// `plugin push FILE REFERENCE`: the component pushed, and the lines to paste.
+///
+/// # Errors
+/// The file cannot be read, the reference does not parse, or the push fails.
+async fn plugin_push(
+    file: &Path,
+    reference: &str,
+    registry: &RegistryOptions,
+) -> anyhow::Result<()> {
+    use wasmop_plugin_host::oci;
+    let reference = oci::OciReference::parse(reference).map_err(anyhow::Error::msg)?;
+    if reference.tag.is_none() {
+        anyhow::bail!(
+            "{reference}: push to a tag (oci://REGISTRY/REPOSITORY:TAG); the digest of what is \
+             pushed is printed"
+        );
+    }
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let (extra_ca_pem, credentials) = registry.resolve(&reference)?;
+    let options = oci::OciOptions {
+        insecure: registry.insecure,
+        extra_ca_pem: extra_ca_pem.as_deref(),
+        credentials,
+    };
+    let pushed = oci::push(&reference, bytes, &options)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let insecure = if registry.insecure {
+        "\n    insecure: true"
+    } else {
+        ""
+    };
+    println!(
+        "pushed {} to {reference} (manifest {})\n\
+         # plugins.yaml, by tag pinned by the component's sha256:\n    \
+         source: {reference}\n    sha256: \"{}\"{insecure}\n\
+         # or by manifest digest (its own pin):\n    \
+         source: {}{insecure}",
+        file.display(),
+        pushed.manifest_digest,
+        pushed.component_sha256,
+        reference.at_digest(&pushed.manifest_digest),
+    );
+    Ok(())
+}
+
+/// `plugin pull REFERENCE -o FILE`: the component written to `output`, and its digests.
+///
+/// # Errors
+/// The reference does not parse, the pull fails, or the file cannot be written.
+async fn plugin_pull(
+    reference: &str,
+    output: &Path,
+    registry: &RegistryOptions,
+) -> anyhow::Result<()> {
+    use wasmop_plugin_host::oci;
+    let reference = oci::OciReference::parse(reference).map_err(anyhow::Error::msg)?;
+    let (extra_ca_pem, credentials) = registry.resolve(&reference)?;
+    let options = oci::OciOptions {
+        insecure: registry.insecure,
+        extra_ca_pem: extra_ca_pem.as_deref(),
+        credentials,
+    };
+    let pulled = oci::pull(&reference, &options)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    std::fs::write(output, &pulled.bytes)
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    println!(
+        "pulled {reference} (manifest {}) to {}, sha256 {}",
+        pulled.manifest_digest,
+        output.display(),
+        wasmop_plugin_host::sha256_hex(&pulled.bytes)
+    );
+    Ok(())
 }
 
 /// What a `plugins.yaml` entry sets besides its source and settings, for `wasmop plugin check`
@@ -208,7 +376,31 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
             file,
             extra_ca_file,
             plugin_data_root,
-        } => plugin_check_registry(&file, extra_ca_file.as_deref(), plugin_data_root).await,
+            docker_config,
+        } => {
+            let docker_config = read_docker_config(docker_config.as_deref())?;
+            plugin_check_registry(
+                &file,
+                extra_ca_file.as_deref(),
+                plugin_data_root,
+                docker_config,
+            )
+            .await
+        }
+        PluginCommand::Push {
+            file,
+            reference,
+            registry,
+        } => plugin_push(&file, &reference, &registry)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        PluginCommand::Pull {
+            reference,
+            output,
+            registry,
+        } => plugin_pull(&reference, &output, &registry)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         PluginCommand::Run {
             hook,
             plugin,
@@ -294,6 +486,7 @@ async fn plugin_check_registry(
     file: &Path,
     extra_ca_file: Option<&Path>,
     plugin_data_root: DataRoot,
+    docker_config: Option<Vec<u8>>,
 ) -> anyhow::Result<ExitCode> {
     let shown = file.display();
     let (doc, binaries) = read_registry_file(file)?;
@@ -313,7 +506,10 @@ async fn plugin_check_registry(
     let registry = Registry::new(runtime);
     let fetch = ManifestFetch {
         binaries,
-        local: LocalFetch { extra_ca_pem },
+        local: LocalFetch {
+            extra_ca_pem,
+            docker_config,
+        },
     };
     let report = registry.apply(config.clone(), &fetch).await;
     let mut failed = false;

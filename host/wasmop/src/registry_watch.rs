@@ -3,7 +3,8 @@
 //! a fallback to the builtin defaults when the ConfigMap is missing, deleted or invalid.
 //!
 //! An entry that failed at its source (a `configmap://` ConfigMap not created yet, an
-//! `https://` server down, bytes that do not match the sha256) is loaded again after
+//! `https://` server or `oci://` registry down, an `oci://` pull Secret missing, bytes that do
+//! not match the sha256) is loaded again after
 //! [`RETRY_FIRST`], then at doubling intervals up to [`RETRY_MAX`], as the kubelet backs off
 //! an image pull, until it loads or the ConfigMap changes.
 //!
@@ -15,23 +16,80 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 
 use wasmop_controllers::Context;
-use wasmop_plugin_host::registry::{self, Fetch, LocalFetch, RegistryConfig, ReloadReport, Source};
+use wasmop_plugin_host::oci::{Credentials, docker_config_credentials};
+use wasmop_plugin_host::registry::{
+    self, Fetch, LocalFetch, RegistryConfig, ReloadReport, Source, oci_pull,
+};
 
-/// Reads `configmap://NAME/KEY` sources from the operator namespace and everything else locally.
+/// Reads `configmap://NAME/KEY` sources and the pull Secrets of `oci://` ones from the operator
+/// namespace, and everything else locally.
 pub struct KubeFetch {
     api: Api<ConfigMap>,
+    secrets: Api<Secret>,
     local: LocalFetch,
+}
+
+/// The type of Secret a `pullSecret` names.
+pub const PULL_SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
+
+impl KubeFetch {
+    /// The credentials for `registry` in Secret `name` of the operator namespace (an entry's
+    /// `pullSecret`), read at each pull: a Secret created or fixed after the entry is picked up
+    /// by the retry.
+    ///
+    /// # Errors
+    /// The Secret cannot be read (forbidden: the chart grants `get` on the Secrets its
+    /// `registry` values name), is missing, is not of type `kubernetes.io/dockerconfigjson`,
+    /// has no `.dockerconfigjson`, or holds no credentials for `registry`.
+    async fn pull_secret(&self, name: &str, registry: &str) -> Result<Credentials, String> {
+        let what = format!("pullSecret {name}");
+        let secret = self.secrets.get_opt(name).await.map_err(|e| {
+            let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
+            let hint = if forbidden {
+                " (the operator reads only the Secrets its chart's registry values name as \
+                 pullSecret)"
+            } else {
+                ""
+            };
+            format!("cannot read {what}: {e}{hint}")
+        })?;
+        let secret = secret.ok_or_else(|| format!("{what}: Secret {name} not found"))?;
+        let type_ = secret.type_.as_deref().unwrap_or("Opaque");
+        if type_ != PULL_SECRET_TYPE {
+            return Err(format!(
+                "{what}: Secret {name} is of type {type_}, not {PULL_SECRET_TYPE} (kubectl \
+                 create secret docker-registry makes one)"
+            ));
+        }
+        let json = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(".dockerconfigjson"))
+            .ok_or_else(|| format!("{what}: Secret {name} has no .dockerconfigjson"))?;
+        docker_config_credentials(&json.0, registry)
+            .map_err(|e| format!("{what}: .dockerconfigjson of Secret {name}: {e}"))?
+            .ok_or_else(|| {
+                format!("{what}: Secret {name} holds no credentials for registry {registry}")
+            })
+    }
 }
 
 #[async_trait::async_trait]
 impl Fetch for KubeFetch {
     async fn fetch(&self, source: &Source) -> Result<Vec<u8>, String> {
+        if let Source::Oci(oci) = source {
+            let credentials = match &oci.pull_secret {
+                Some(name) => self.pull_secret(name, &oci.reference.registry).await?,
+                None => Credentials::Anonymous,
+            };
+            return oci_pull(oci, credentials, self.local.extra_ca_pem.as_deref()).await;
+        }
         let Source::ConfigMap { name, key } = source else {
             return self.local.fetch(source).await;
         };
@@ -129,8 +187,10 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.kernel.client.clone(), ctx.kernel.namespace());
     let fetch = &KubeFetch {
         api: api.clone(),
+        secrets: Api::namespaced(ctx.kernel.client.clone(), ctx.kernel.namespace()),
         local: LocalFetch {
             extra_ca_pem: ctx.plugins.runtime().extra_ca_pem().map(<[u8]>::to_vec),
+            docker_config: None,
         },
     };
     let cfg =

@@ -178,6 +178,67 @@ fn the_chart_refuses_a_url_as_an_allowed_host() {
     );
 }
 
+/// An `oci://` entry's `pullSecret` (of `registry.plugins` or `dr.stateChecker`) and
+/// `registry.pullSecrets` grant the operator `get` on exactly those Secrets, by name, in the
+/// release namespace; the default values grant no Secret at all.
+#[test]
+#[ignore = "needs helm from scripts/setup.sh: run with make test"]
+fn the_chart_grants_the_pull_secrets_it_names_and_no_other() {
+    let secrets_rules = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| matches!(d["kind"].as_str(), Some("Role" | "ClusterRole")))
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|r| r == "secrets"))
+            })
+            .collect()
+    };
+    assert_eq!(
+        secrets_rules(&rendered()),
+        Vec::<Value>::new(),
+        "no Secret by default"
+    );
+
+    let values =
+        std::env::temp_dir().join(format!("wasmop-pull-secrets-{}.yaml", std::process::id()));
+    std::fs::write(
+        &values,
+        "registry:\n  pullSecrets: [extra-creds, ghcr-creds]\n  plugins:\n    - {name: canary, hook: routing, \
+         source: 'oci://ghcr.io/org/canary:v1', sha256: '00', pullSecret: ghcr-creds}\n\
+         dr:\n  stateChecker: {name: hours, source: 'oci://r.example/dr@sha256:0000000000000000000000000000000000000000000000000000000000000000', \
+         pullSecret: dr-creds}\n",
+    )
+    .unwrap();
+    let docs = documents(&helm_template(&format!("-f {}", values.display())));
+    let role = of_kind(&docs, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "wasmop-pull-secrets")
+        .expect("Role wasmop-pull-secrets");
+    assert_eq!(role["metadata"]["namespace"], NS);
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"],
+            "resourceNames": ["dr-creds", "extra-creds", "ghcr-creds"], "verbs": ["get"]}])
+    );
+    assert_eq!(
+        secrets_rules(&docs),
+        role["rules"].as_array().unwrap().clone(),
+        "nothing else"
+    );
+    let binding = of_kind(&docs, "RoleBinding")
+        .into_iter()
+        .find(|b| b["metadata"]["name"] == "wasmop-pull-secrets")
+        .expect("RoleBinding wasmop-pull-secrets");
+    assert_eq!(binding["metadata"]["namespace"], NS);
+    assert_eq!(binding["roleRef"]["name"], "wasmop-pull-secrets");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "wasmop", "namespace": NS}])
+    );
+}
+
 /// `metrics.prometheusRule.enabled` renders a PrometheusRule whose alerts read the registry
 /// gauges the operator exports, with `{{ $labels }}` left for Prometheus.
 #[test]
