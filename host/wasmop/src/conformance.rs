@@ -1,0 +1,755 @@
+//! `wasmop plugin test`: the conformance suite of a hook, packaged for plugin authors, and the
+//! requests it sends (also `wasmop plugin scaffold request`). The in-repo conformance test
+//! (host/wasmop/tests/conformance.rs) runs it on every example and default plugin.
+//!
+//! Properties, one verdict each (their names are stable: scripts and tests match them):
+//!
+//! | property | holds when |
+//! |---|---|
+//! | `loads` | the component exports the hook's world, `info` names the hook, the settings are accepted |
+//! | `answers-within-limits` | every built-in request is answered (a decision or a `plugin-error`) under the limits: no timeout, memory or output overrun, trap or exit |
+//! | `well-formed-output` | every answer has the documented shape: routes a JSON array of objects, one decision per pod, a finite vote value, a reason that is not empty, a `plugin-error` with a message and a `field` (if any) under `request` or `settings` |
+//! | `route-checks` | (routing) every routing answer passes the host's route checks ([`wasmop_controllers::routing::answer::check`]) |
+//! | `deterministic` | the same request answered twice gives the same answer |
+//! | `rejects-malformed-settings` | `validate-settings` rejects settings that are not JSON, not an object, or hold a key no plugin knows, each with a `plugin-error` whose `field` is `settings` or under it |
+//! | `fixture NAME` | the author's fixture `NAME.json` (see [`Fixture`]) gets the decision it expects |
+//!
+//! A call denied an outbound host counts as answered (it would reach the host with the grant);
+//! the verdict says how many were.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use wasmop_plugin_host::{
+    CallError, Failure, Grants, Hook, Limits, Plugin, PluginRuntime, PodDecision, RestartRequest,
+    RouteRequest, StateRequest, TriggerRequest,
+};
+
+use crate::wit_json;
+
+/// One property's verdict: `ok: NAME: DETAIL` or `FAIL: NAME: DETAIL`.
+#[derive(Debug)]
+pub(crate) struct Verdict {
+    /// The property's name (see the module's table).
+    pub property: String,
+    /// Whether it holds.
+    pub ok: bool,
+    /// What was checked, or the first case that breaks it and why.
+    pub detail: String,
+}
+
+impl Verdict {
+    fn new(property: impl Into<String>, result: Result<String, String>) -> Self {
+        let (ok, detail) = match result {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        Self {
+            property: property.into(),
+            ok,
+            detail,
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = if self.ok { "ok" } else { "FAIL" };
+        write!(f, "{status}: {}: {}", self.property, self.detail)
+    }
+}
+
+/// A request of `hook` parsed into the host's type, as the operator would send it.
+#[derive(Clone, Debug)]
+pub(crate) enum HostRequest {
+    /// Routing.
+    Route(RouteRequest),
+    /// Scaling.
+    Vote(TriggerRequest),
+    /// Restart, with the number of pods in the page (0 when `pods` is not a JSON array).
+    Restart(RestartRequest, usize),
+    /// DR.
+    Dr(StateRequest),
+}
+
+impl HostRequest {
+    /// `request`, in the WIT JSON form ([`crate::wit_json`]), as a request of `hook`.
+    ///
+    /// # Errors
+    /// The path of the first value that does not fit the WIT type, and why.
+    pub(crate) fn parse(hook: Hook, request: &Value) -> Result<Self, String> {
+        let host = wit_json::request_to_host(hook, request)?;
+        let bad = |e: serde_json::Error| format!("request: {e}");
+        Ok(match hook {
+            Hook::Routing => Self::Route(serde_json::from_value(host).map_err(bad)?),
+            Hook::Scaling => Self::Vote(serde_json::from_value(host).map_err(bad)?),
+            Hook::Restart => {
+                let request: RestartRequest = serde_json::from_value(host).map_err(bad)?;
+                let pods = serde_json::from_str::<Vec<Value>>(&request.pods).map_or(0, |p| p.len());
+                Self::Restart(request, pods)
+            }
+            Hook::Dr => Self::Dr(serde_json::from_value(host).map_err(bad)?),
+        })
+    }
+}
+
+/// A decision, as the host's types hold it.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// A router's answer and its routes, parsed (the host has checked they are objects).
+    Routes(Vec<Value>),
+    /// A vote.
+    Vote(wasmop_plugin_host::TriggerVote),
+    /// One decision per pod.
+    Decisions(Vec<PodDecision>),
+    /// A DR decision.
+    State(wasmop_plugin_host::StateDecision),
+}
+
+impl Answer {
+    /// The decision in the WIT JSON form, routes written out as JSON.
+    pub(crate) fn to_wit(&self) -> Value {
+        let (hook, host) = match self {
+            Answer::Routes(routes) => return json!({ "http": routes }),
+            Answer::Vote(v) => (Hook::Scaling, serde_json::to_value(v)),
+            Answer::Decisions(d) => (Hook::Restart, serde_json::to_value(d)),
+            Answer::State(s) => (Hook::Dr, serde_json::to_value(s)),
+        };
+        wit_json::answer_to_wit(hook, &host.unwrap_or(Value::Null))
+    }
+
+    /// The reasons the answer gives (none for routes).
+    fn reasons(&self) -> Vec<&str> {
+        match self {
+            Answer::Routes(_) => Vec::new(),
+            Answer::Vote(v) => vec![v.reason.as_str()],
+            Answer::Decisions(d) => d.iter().map(|d| d.reason.as_str()).collect(),
+            Answer::State(s) => vec![s.reason.as_str()],
+        }
+    }
+}
+
+/// One call of `plugin` with `request`, under its limits and grants.
+///
+/// # Errors
+/// The host's [`CallError`]: the plugin's `plugin-error` or the sandbox failure.
+pub(crate) async fn call(plugin: &Arc<Plugin>, request: &HostRequest) -> Result<Answer, CallError> {
+    Ok(match request {
+        HostRequest::Route(r) => Answer::Routes(plugin.route_parsed(r.clone()).await?.1),
+        HostRequest::Vote(r) => Answer::Vote(plugin.vote(r.clone()).await?),
+        HostRequest::Restart(r, pods) => {
+            Answer::Decisions(plugin.evaluate(r.clone(), *pods).await?)
+        }
+        HostRequest::Dr(r) => Answer::State(plugin.check(r.clone()).await?),
+    })
+}
+
+/// The built-in requests of `hook`, by name, in the WIT JSON form: what the operator sends in
+/// the usual cases. The first is the one `plugin scaffold request` prints.
+pub(crate) fn builtin_requests(hook: Hook) -> Vec<(&'static str, Value)> {
+    const MON_10_UTC1: i64 = 1_795_424_400_000; // Mon 2026-11-23 10:00 at UTC+01:00
+    match hook {
+        Hook::Routing => {
+            let vs = |hosts: Value, http: Value| {
+                json!({
+                    "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                    "metadata": {"name": "reviews", "namespace": "shop"},
+                    "spec": {"hosts": hosts, "http": http}
+                })
+            };
+            let default = json!({"name": "default",
+                "route": [{"destination": {"host": "reviews", "subset": "shared"}}]});
+            let request = |matches: Value, virtual_service: Value| {
+                json!({
+                    "dynamic-env": "shop/feature-x", "unique-name": "reviews-shop-feature-x",
+                    "subset": "feature-x", "host": "reviews", "namespace": "shop",
+                    "default-version": "shared", "matches": matches,
+                    "route-prefix": "de-feature-x-1a2b3c-", "virtual-service": virtual_service
+                })
+            };
+            let one_header = json!([{"headers": [{"name": "end-user", "value": {"exact": "jason"}}],
+                                     "source-labels": []}]);
+            vec![
+                (
+                    "one-header-match",
+                    request(one_header.clone(), vs(json!(["reviews"]), json!([default]))),
+                ),
+                (
+                    "header-and-label-matches",
+                    request(
+                        json!([
+                            {"headers": [{"name": "x-env", "value": {"prefix": "feature-x"}}],
+                             "source-labels": [{"key": "app", "value": "productpage"}]},
+                            {"headers": [{"name": "cookie", "value": {"regex": "^(.*;)?env=feature-x(;.*)?$"}}],
+                             "source-labels": []}
+                        ]),
+                        vs(
+                            json!(["reviews"]),
+                            json!([
+                                {"name": "de-feature-x-1a2b3c-0",
+                                 "match": [{"headers": {"x-env": {"prefix": "feature-x"}},
+                                            "sourceLabels": {"app": "productpage"}}],
+                                 "route": [{"destination": {"host": "reviews", "subset": "feature-x"}}]},
+                                {"name": "canary", "match": [{"headers": {"x-canary": {"exact": "1"}}}],
+                                 "route": [{"destination": {"host": "reviews", "subset": "v3"}}]},
+                                default
+                            ]),
+                        ),
+                    ),
+                ),
+                (
+                    "fully-qualified-host",
+                    request(
+                        one_header,
+                        vs(
+                            json!(["reviews.shop.svc.cluster.local"]),
+                            json!([{"name": "default", "route": [
+                                {"destination": {"host": "reviews.shop.svc.cluster.local", "subset": "shared"},
+                                 "weight": 100}]}]),
+                        ),
+                    ),
+                ),
+            ]
+        }
+        Hook::Scaling => vec![
+            (
+                "prometheus-trigger",
+                json!({
+                    "elastic-service": "shop/reviews", "trigger-type": "prometheus",
+                    "metadata": {
+                        "query": "sum(rate(istio_requests_total{destination_service_name=\"reviews\"}[1m]))",
+                        "serverAddress": "http://prometheus.monitoring:9090", "threshold": "0.5"
+                    },
+                    "cooldown-seconds": 300, "now": MON_10_UTC1
+                }),
+            ),
+            (
+                "cron-trigger",
+                json!({
+                    "elastic-service": "shop/reviews", "trigger-type": "cron",
+                    "metadata": {"timezone": "Europe/Berlin", "start": "0 8 * * 1-5",
+                                 "end": "0 18 * * 1-5", "desiredReplicas": "1"},
+                    "cooldown-seconds": 300, "now": MON_10_UTC1
+                }),
+            ),
+        ],
+        Hook::Restart => {
+            let pod = |name: &str, proxy: &str| {
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "shop",
+                                 "creationTimestamp": "2026-11-01T00:00:00Z",
+                                 "annotations": {"sidecar.istio.io/status": "{\"containers\":[\"istio-proxy\"]}"}},
+                    "spec": {"containers": [
+                        {"name": "reviews", "image": "docker.io/istio/examples-bookinfo-reviews-v1:1.20.3"},
+                        {"name": "istio-proxy", "image": proxy,
+                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                       "limits": {"cpu": "2", "memory": "1Gi"}}}
+                    ]},
+                    "status": {"phase": "Running", "startTime": "2026-11-01T00:00:00Z"}
+                })
+            };
+            let desired = json!({
+                "image": "docker.io/istio/proxyv2:1.27.1",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                              "limits": {"cpu": "2", "memory": "1Gi"}}
+            });
+            vec![
+                (
+                    "page-of-two-pods",
+                    json!({
+                        "policy": "shop/proxy-upgrade", "desired": desired, "applied": null,
+                        "pods": [pod("reviews-v1-7d9f-abcde", "docker.io/istio/proxyv2:1.26.0"),
+                                 pod("reviews-v1-7d9f-fghij", "docker.io/istio/proxyv2:1.27.1")]
+                    }),
+                ),
+                (
+                    "empty-page",
+                    json!({"policy": "shop/proxy-upgrade", "desired": desired,
+                           "applied": desired, "pods": []}),
+                ),
+            ]
+        }
+        Hook::Dr => {
+            let tick = |now: i64, lease: Value, started_at: i64| {
+                json!({
+                    "identity": "eu-west-1", "now": now, "lease": lease,
+                    "wait-time-seconds": 15, "failure-threshold": 3,
+                    "started-at": started_at, "warmup-seconds": 60
+                })
+            };
+            let lease = |owner: &str, updated: i64| json!({"owner": owner, "updated-time": updated, "notes": ""});
+            let (now, up) = (MON_10_UTC1, MON_10_UTC1 - 3_600_000);
+            vec![
+                ("no-lease", tick(now, Value::Null, up)),
+                ("own-lease", tick(now, lease("eu-west-1", now - 15_000), up)),
+                (
+                    "peer-holds-lease",
+                    tick(now, lease("us-east-1", now - 10_000), up),
+                ),
+                (
+                    "peer-lease-expired",
+                    tick(now, lease("us-east-1", now - 600_000), up),
+                ),
+                ("warming-up", tick(now, Value::Null, now - 5_000)),
+            ]
+        }
+    }
+}
+
+/// An author's fixture, a file `NAME.json` in `--fixtures DIR`:
+///
+/// ```json
+/// {
+///   "description": "Monday 10:00, no lease: take it",
+///   "settings": {"utcOffsetMinutes": 60},
+///   "request": {"identity": "eu-1", "now": 1795424400000, "lease": null, "…": "…"},
+///   "expect": {"ok": {"state": "active", "action": "create"}}
+/// }
+/// ```
+///
+/// `request` is the hook's request in the WIT JSON form ([`crate::wit_json`]), as `plugin run
+/// --input` takes it. `expect` is `{"ok": DECISION}` or `{"err": {"field": …, "message": …}}`
+/// (a `plugin-error`), compared as a pattern: an object matches when each key it gives matches
+/// (so `reason` may be left out), an array when it has as many items and each matches, anything
+/// else when equal (numbers by value). `settings` (default: `--settings`) and `description` are
+/// optional.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Fixture {
+    /// Said when the fixture fails.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The settings to load the plugin with.
+    #[serde(default)]
+    pub settings: Option<Value>,
+    /// The request.
+    pub request: Value,
+    /// The expected answer.
+    pub expect: Expect,
+}
+
+/// What a fixture expects.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub(crate) enum Expect {
+    /// A decision matching this pattern.
+    Ok(Value),
+    /// A `plugin-error` matching this pattern.
+    Err(Value),
+}
+
+/// What `plugin test` runs: the plugin, its hook, settings, limits and grants, and the author's
+/// fixture directory.
+pub(crate) struct Suite<'a> {
+    /// The runtime to load it in.
+    pub runtime: &'a Arc<PluginRuntime>,
+    /// A component file or `builtin://NAME`.
+    pub plugin: &'a str,
+    /// The hook it is for.
+    pub hook: Hook,
+    /// Its settings.
+    pub settings: Value,
+    /// Its limits.
+    pub limits: Limits,
+    /// Its grants.
+    pub grants: Grants,
+    /// `--fixtures DIR`.
+    pub fixtures: Option<&'a Path>,
+}
+
+/// Settings no plugin can take, each with why: `validate-settings` must refuse them.
+const MALFORMED_SETTINGS: [(&str, &str); 3] = [
+    ("{\"unterminated", "not JSON"),
+    ("[1, 2]", "a JSON array, not an object"),
+    (
+        "{\"wasmop-conformance-no-such-setting\": true}",
+        "an object with a key no plugin knows",
+    ),
+];
+
+impl Suite<'_> {
+    /// Runs every property of the hook, then every fixture; one [`Verdict`] each. A plugin that
+    /// does not load gets the `loads` verdict alone.
+    ///
+    /// # Errors
+    /// The component file cannot be read, or `--fixtures` cannot be listed.
+    pub(crate) async fn run(&self) -> anyhow::Result<Vec<Verdict>> {
+        let plugin = match crate::plugin_tools::load_for_cli(
+            self.runtime,
+            self.hook,
+            self.plugin,
+            self.settings.clone(),
+            self.limits.clone(),
+            self.grants.clone(),
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(e) if e.downcast_ref::<wasmop_plugin_host::LoadError>().is_some() => {
+                return Ok(vec![Verdict::new("loads", Err(e.to_string()))]);
+            }
+            Err(e) => return Err(e),
+        };
+        let (name, version) = plugin.info();
+        let mut verdicts = vec![Verdict::new(
+            "loads",
+            Ok(format!(
+                "{name} {version} exports the {} world; settings accepted",
+                self.hook.world()
+            )),
+        )];
+
+        // Each built-in request twice: the second answer for `deterministic`.
+        let mut calls = Vec::new();
+        for (case, request) in builtin_requests(self.hook) {
+            let parsed = HostRequest::parse(self.hook, &request)
+                .map_err(|e| anyhow::anyhow!("built-in request {case}: {e}"))?;
+            let started = Instant::now();
+            let first = call(&plugin, &parsed).await;
+            let elapsed = started.elapsed();
+            let second = call(&plugin, &parsed).await;
+            calls.push(Call {
+                case,
+                request: parsed,
+                first,
+                second,
+                elapsed,
+            });
+        }
+        verdicts.push(Verdict::new("answers-within-limits", answers(&calls)));
+        verdicts.push(Verdict::new("well-formed-output", well_formed(&calls)));
+        if self.hook == Hook::Routing {
+            verdicts.push(Verdict::new("route-checks", route_checks(&calls)));
+        }
+        verdicts.push(Verdict::new("deterministic", deterministic(&calls)));
+        verdicts.push(Verdict::new(
+            "rejects-malformed-settings",
+            rejects_malformed_settings(&plugin).await,
+        ));
+        if let Some(dir) = self.fixtures {
+            verdicts.extend(self.fixtures(dir).await?);
+        }
+        Ok(verdicts)
+    }
+
+    /// One verdict per `*.json` in `dir`, in name order.
+    async fn fixtures(&self, dir: &Path) -> anyhow::Result<Vec<Verdict>> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list --fixtures {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            anyhow::bail!("--fixtures {}: no *.json files in it", dir.display());
+        }
+        let mut verdicts = Vec::new();
+        for file in files {
+            let name = file
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            verdicts.push(Verdict::new(
+                format!("fixture {name}"),
+                self.fixture(&file).await,
+            ));
+        }
+        Ok(verdicts)
+    }
+
+    /// The verdict of one fixture file.
+    async fn fixture(&self, file: &Path) -> Result<String, String> {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read it: {e}"))?;
+        let fixture: Fixture = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "not a fixture ({{\"request\": …, \"expect\": {{\"ok\": …}} or \
+                 {{\"err\": …}}}}): {e}"
+            )
+        })?;
+        let about = fixture
+            .description
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        let request = HostRequest::parse(self.hook, &fixture.request)?;
+        let plugin = crate::plugin_tools::load_for_cli(
+            self.runtime,
+            self.hook,
+            self.plugin,
+            fixture.settings.unwrap_or_else(|| self.settings.clone()),
+            self.limits.clone(),
+            self.grants.clone(),
+        )
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+        let got = call(&plugin, &request).await;
+        let (want, got, what) = match (&fixture.expect, got) {
+            (Expect::Ok(want), Ok(answer)) => (want, answer.to_wit(), "decision"),
+            (Expect::Err(want), Err(e)) => match &e.failure {
+                Failure::Plugin { message, field } => (
+                    want,
+                    wit_json::plugin_error(message, field.as_deref()),
+                    "plugin-error",
+                ),
+                _ => return Err(format!("expected a plugin-error{about}, got: {e}")),
+            },
+            (Expect::Ok(_), Err(e)) => return Err(format!("expected a decision{about}, got: {e}")),
+            (Expect::Err(_), Ok(answer)) => {
+                return Err(format!(
+                    "expected a plugin-error{about}, got the decision {}",
+                    answer.to_wit()
+                ));
+            }
+        };
+        matches(want, &got, "")
+            .map(|()| format!("the expected {what}{about}"))
+            .map_err(|why| format!("{why}{about}; the {what} was {got}"))
+    }
+}
+
+/// One built-in request, answered twice.
+struct Call {
+    case: &'static str,
+    request: HostRequest,
+    first: Result<Answer, CallError>,
+    second: Result<Answer, CallError>,
+    elapsed: Duration,
+}
+
+/// `answers-within-limits`.
+fn answers(calls: &[Call]) -> Result<String, String> {
+    let mut denied = 0;
+    for c in calls {
+        match &c.first {
+            Ok(_) => {}
+            Err(e) => match &e.failure {
+                Failure::Plugin { .. } | Failure::InvalidOutput(_) => {}
+                Failure::DeniedHost { .. } => denied += 1,
+                other => return Err(format!("built-in request {}: {other}", c.case)),
+            },
+        }
+    }
+    let slowest = calls.iter().map(|c| c.elapsed).max().unwrap_or_default();
+    let decided = calls.iter().filter(|c| c.first.is_ok()).count();
+    let denied = if denied > 0 {
+        format!("; {denied} denied an outbound host not granted (--allow-host to let them through)")
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "{} built-in requests answered, {decided} with a decision, the slowest in {:.1} ms{denied}",
+        calls.len(),
+        slowest.as_secs_f64() * 1e3
+    ))
+}
+
+/// `well-formed-output`.
+fn well_formed(calls: &[Call]) -> Result<String, String> {
+    for c in calls {
+        let at = |why: String| format!("built-in request {}: {why}", c.case);
+        match &c.first {
+            Ok(answer) => {
+                if let Answer::Vote(v) = answer
+                    && v.value.is_some_and(|x| !x.is_finite())
+                {
+                    return Err(at(format!("the vote's value {:?} is not finite", v.value)));
+                }
+                if answer.reasons().iter().any(|r| r.trim().is_empty()) {
+                    return Err(at(
+                        "a reason is empty; the operator shows it in status and Events".into(),
+                    ));
+                }
+            }
+            Err(e) => match &e.failure {
+                Failure::InvalidOutput(why) => return Err(at(why.clone())),
+                Failure::Plugin { message, field } => {
+                    if message.trim().is_empty() {
+                        return Err(at("a plugin-error with an empty message".into()));
+                    }
+                    if let Some(field) = field
+                        && !under(field, "request")
+                        && !under(field, "settings")
+                    {
+                        return Err(at(format!(
+                            "the plugin-error's field {field:?} is not a path under `request` \
+                             or `settings` (e.g. `request.virtual-service`)"
+                        )));
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+    Ok(format!("{} built-in requests", calls.len()))
+}
+
+/// Whether `field` is `root` or a path under it (`root.x`, `root[0]`).
+fn under(field: &str, root: &str) -> bool {
+    field
+        .strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
+/// `route-checks`: each routing answer through the host's checks, against the routes and
+/// namespace of the request's VirtualService.
+fn route_checks(calls: &[Call]) -> Result<String, String> {
+    let mut checked = 0;
+    for c in calls {
+        let (HostRequest::Route(request), Ok(Answer::Routes(routes))) = (&c.request, &c.first)
+        else {
+            continue;
+        };
+        let vs: Value = serde_json::from_str(&request.virtual_service).unwrap_or_default();
+        let namespace = vs
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(&request.namespace);
+        let input = vs
+            .pointer("/spec/http")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        wasmop_controllers::routing::answer::check(request, namespace, &input, routes).map_err(
+            |why| {
+                format!(
+                    "built-in request {}: {why}; the operator would leave the VirtualService as \
+                     it was",
+                    c.case
+                )
+            },
+        )?;
+        checked += 1;
+    }
+    if checked == 0 {
+        return Err("no built-in request got routes to check".into());
+    }
+    Ok(format!("{checked} answers"))
+}
+
+/// `deterministic`.
+fn deterministic(calls: &[Call]) -> Result<String, String> {
+    for c in calls {
+        let show = |r: &Result<Answer, CallError>| match r {
+            Ok(a) => a.to_wit().to_string(),
+            Err(e) => e.failure.to_string(),
+        };
+        let (first, second) = (show(&c.first), show(&c.second));
+        if first != second {
+            return Err(format!(
+                "built-in request {}: answered {first}, then {second}",
+                c.case
+            ));
+        }
+    }
+    Ok(format!(
+        "{} built-in requests, each answered twice",
+        calls.len()
+    ))
+}
+
+/// `rejects-malformed-settings`.
+async fn rejects_malformed_settings(plugin: &Arc<Plugin>) -> Result<String, String> {
+    for (settings, what) in MALFORMED_SETTINGS {
+        match plugin.validate_settings(settings.to_owned()).await {
+            Ok(()) => return Err(format!("accepted settings {settings} ({what})")),
+            Err(e) => match &e.failure {
+                Failure::Plugin {
+                    field: Some(field), ..
+                } if under(field, "settings") => {}
+                Failure::Plugin { field: None, .. } => {
+                    return Err(format!(
+                        "rejected settings {settings} ({what}) without a field path; give \
+                         `settings` or the path under it"
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "settings {settings} ({what}): {}; expected a plugin-error with a \
+                         field under `settings`",
+                        e.failure
+                    ));
+                }
+            },
+        }
+    }
+    Ok(format!(
+        "{} malformed settings rejected with a field path",
+        MALFORMED_SETTINGS.len()
+    ))
+}
+
+/// Whether `got` matches the pattern `want` (see [`Fixture`]); the first mismatch, at its path.
+fn matches(want: &Value, got: &Value, at: &str) -> Result<(), String> {
+    let here = if at.is_empty() { "the answer" } else { at };
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (key, w) in w {
+                let path = format!("{at}.{key}");
+                match g.get(key) {
+                    Some(g) => matches(w, g, &path)?,
+                    None => return Err(format!("{path}: expected {w}, absent")),
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(w), Value::Array(g)) => {
+            if w.len() != g.len() {
+                return Err(format!(
+                    "{here}: expected {} items, got {}",
+                    w.len(),
+                    g.len()
+                ));
+            }
+            for (i, (w, g)) in w.iter().zip(g).enumerate() {
+                matches(w, g, &format!("{at}[{i}]"))?;
+            }
+            Ok(())
+        }
+        (Value::Number(w), Value::Number(g)) if w.as_f64() == g.as_f64() => Ok(()),
+        (w, g) if w == g => Ok(()),
+        (w, g) => Err(format!("{here}: expected {w}, got {g}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_request_fits_its_wit_type() {
+        for hook in Hook::ALL {
+            for (case, request) in builtin_requests(hook) {
+                HostRequest::parse(hook, &request).unwrap_or_else(|e| panic!("{case}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn patterns_match_by_the_keys_they_give() {
+        let got = json!({"state": "active", "action": "create", "reason": "r", "n": 2.0});
+        assert_eq!(
+            matches(&json!({"state": "active", "n": 2}), &got, ""),
+            Ok(())
+        );
+        assert_eq!(
+            matches(&json!({"action": "renew"}), &got, ""),
+            Err(r#".action: expected "renew", got "create""#.into())
+        );
+        assert_eq!(
+            matches(&json!({"x": 1}), &got, ""),
+            Err(".x: expected 1, absent".into())
+        );
+        assert_eq!(
+            matches(&json!([{}]), &json!([{}, {}]), ""),
+            Err("the answer: expected 1 items, got 2".into())
+        );
+        assert!(under("settings.maxAge", "settings") && under("request[0]", "request"));
+        assert!(!under("settingsX", "settings"));
+    }
+}
