@@ -1188,3 +1188,21 @@ fn check_registry_refuses_a_configmap_over_one_mib() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `wasmop completion SHELL` prints a completion script that knows the subcommands.
+#[test]
+fn completion_prints_a_script_per_shell() {
+    for (shell, marker) in [
+        ("bash", "_wasmop()"),
+        ("zsh", "#compdef wasmop"),
+        ("fish", "complete -c wasmop"),
+    ] {
+        let out = wasmop(&["completion", shell]);
+        assert!(out.status.success(), "{}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(script.contains("check-registry"), "{shell}");
+    }
+    let nope = wasmop(&["completion", "cmd"]);
+    assert_eq!(nope.status.code(), Some(2), "{}", text(&nope));
+}
