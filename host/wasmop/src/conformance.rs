@@ -730,6 +730,75 @@ mod tests {
         }
     }
 
+    /// A DR call answered with `first`, then `second`.
+    fn dr_call(first: Result<Answer, CallError>, second: Result<Answer, CallError>) -> Call {
+        let (case, request) = builtin_requests(Hook::Dr).remove(0);
+        Call {
+            case,
+            request: HostRequest::parse(Hook::Dr, &request).unwrap(),
+            first,
+            second,
+            elapsed: Duration::from_millis(1),
+        }
+    }
+
+    fn decision(action: wasmop_plugin_host::LeaseAction, reason: &str) -> Answer {
+        Answer::State(wasmop_plugin_host::StateDecision {
+            state: wasmop_plugin_host::DrState::Active,
+            action,
+            reason: reason.into(),
+        })
+    }
+
+    fn plugin_error(field: Option<&str>) -> CallError {
+        CallError {
+            plugin: "p".into(),
+            hook: Hook::Dr,
+            failure: Failure::Plugin {
+                message: "no".into(),
+                field: field.map(Into::into),
+            },
+        }
+    }
+
+    #[test]
+    fn deterministic_fails_on_a_second_answer_that_differs() {
+        use wasmop_plugin_host::LeaseAction::{Create, Takeover};
+        let same = dr_call(Ok(decision(Create, "r")), Ok(decision(Create, "r")));
+        assert!(deterministic(&[same]).is_ok());
+        let differs = dr_call(Ok(decision(Create, "r")), Ok(decision(Takeover, "r")));
+        let e = deterministic(&[differs]).unwrap_err();
+        assert!(
+            e.starts_with("built-in request no-lease: answered {")
+                && e.contains(r#""action":"create""#)
+                && e.contains(r#"then {"action":"takeover""#),
+            "{e}"
+        );
+        let errors = dr_call(Err(plugin_error(None)), Ok(decision(Create, "r")));
+        assert!(deterministic(&[errors]).is_err());
+    }
+
+    #[test]
+    fn well_formed_wants_reasons_and_field_paths() {
+        use wasmop_plugin_host::LeaseAction::Create;
+        let ok = dr_call(Ok(decision(Create, "r")), Ok(decision(Create, "r")));
+        assert!(well_formed(&[ok]).is_ok());
+        let blank = dr_call(Ok(decision(Create, " ")), Ok(decision(Create, " ")));
+        assert!(
+            well_formed(&[blank])
+                .unwrap_err()
+                .contains("a reason is empty")
+        );
+        let at = |field| dr_call(Err(plugin_error(field)), Err(plugin_error(field)));
+        assert!(well_formed(&[at(Some("request.lease"))]).is_ok());
+        assert!(well_formed(&[at(None)]).is_ok());
+        assert!(
+            well_formed(&[at(Some("lease"))])
+                .unwrap_err()
+                .contains(r#"the plugin-error's field "lease" is not a path under `request`"#)
+        );
+    }
+
     #[test]
     fn patterns_match_by_the_keys_they_give() {
         let got = json!({"state": "active", "action": "create", "reason": "r", "n": 2.0});
