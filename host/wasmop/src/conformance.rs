@@ -301,46 +301,118 @@ pub(crate) fn builtin_requests(hook: Hook) -> Vec<(&'static str, Value)> {
     }
 }
 
-/// An author's fixture, a file `NAME.json` in `--fixtures DIR`:
+/// An author's fixture, a file `NAME.json` in `--fixtures DIR`, in the format of the Rust
+/// SDK's fixture harness (`wasmop_plugin_sdk::fixtures`), so that one file serves a plugin's
+/// own `cargo test` and `plugin test`:
 ///
 /// ```json
 /// {
-///   "description": "Monday 10:00, no lease: take it",
 ///   "settings": {"utcOffsetMinutes": 60},
 ///   "request": {"identity": "eu-1", "now": 1795424400000, "lease": null, "…": "…"},
-///   "expect": {"ok": {"state": "active", "action": "create"}}
+///   "expect": {"state": "active", "action": "create"}
 /// }
 /// ```
 ///
-/// `request` is the hook's request in the WIT JSON form ([`crate::wit_json`]), as `plugin run
-/// --input` takes it. `expect` is `{"ok": DECISION}` or `{"err": {"field": …, "message": …}}`
-/// (a `plugin-error`), compared as a pattern: an object matches when each key it gives matches
-/// (so `reason` may be left out), an array when it has as many items and each matches, anything
-/// else when equal (numbers by value). `settings` (default: `--settings`) and `description` are
-/// optional.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+/// - `request`: the hook's request in the WIT JSON form ([`crate::wit_json`]), as `plugin run
+///   --input` takes it.
+/// - `expect`: the answer in the same form, as a pattern: an object matches when each key it
+///   gives matches (so `reason` may be left out), an array when it has as many items and each
+///   matches, anything else when equal (numbers by value).
+/// - `expect-error` instead of `expect`: the call must fail with a `plugin-error`; `{"field":
+///   "request.pods", "message": "JSON array"}` pins its field (equal) and a part of its message
+///   (contained), both optional.
+/// - `settings` (optional): an object, or a string holding one; `--settings` when absent
+///   (`{}` unless given, as in the SDK's harness). They go through `validate-settings` first:
+///   a `plugin-error` there is the fixture's outcome, as if the call had returned it.
+///
+/// Any other key is refused.
+#[derive(Debug)]
 pub(crate) struct Fixture {
-    /// Said when the fixture fails.
-    #[serde(default)]
-    pub description: Option<String>,
-    /// The settings to load the plugin with.
-    #[serde(default)]
+    /// The settings to load the plugin with; `None` for `--settings`.
     pub settings: Option<Value>,
-    /// The request.
+    /// The request, in the WIT JSON form.
     pub request: Value,
-    /// The expected answer.
+    /// What the call must give.
     pub expect: Expect,
 }
 
 /// What a fixture expects.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) enum Expect {
-    /// A decision matching this pattern.
-    Ok(Value),
-    /// A `plugin-error` matching this pattern.
-    Err(Value),
+    /// A decision matching this pattern (`expect`).
+    Answer(Value),
+    /// A `plugin-error` (`expect-error`): its field, if given, and a part of its message.
+    Error {
+        /// The field it must name.
+        field: Option<String>,
+        /// A part of its message.
+        message: Option<String>,
+    },
+}
+
+impl Fixture {
+    /// The keys a fixture may have.
+    const KEYS: [&str; 4] = ["settings", "request", "expect", "expect-error"];
+
+    /// Reads a fixture from its JSON text.
+    ///
+    /// # Errors
+    /// Not JSON, not an object, a key not in [`Fixture::KEYS`], no `request`, not exactly one
+    /// of `expect` and `expect-error`, an `expect-error` of another shape, or settings that are
+    /// not JSON.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let Value::Object(mut fields) = v else {
+            return Err("a fixture must be a JSON object".into());
+        };
+        if let Some(key) = fields.keys().find(|k| !Self::KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown key `{key}`; the keys are {}",
+                Self::KEYS.join(", ")
+            ));
+        }
+        let settings = match fields.remove("settings") {
+            None => None,
+            Some(Value::String(text)) => Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("settings: a string that is not JSON: {e}"))?,
+            ),
+            Some(v) => Some(v),
+        };
+        let request = fields
+            .remove("request")
+            .ok_or("the fixture has no `request`")?;
+        let expect = match (fields.remove("expect"), fields.remove("expect-error")) {
+            (Some(want), None) => Expect::Answer(want),
+            (None, Some(Value::Object(want))) => {
+                let text = |key: &str| match want.get(key) {
+                    None => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(format!("expect-error.{key} must be a string")),
+                };
+                if let Some(key) = want.keys().find(|k| *k != "field" && *k != "message") {
+                    return Err(format!(
+                        "expect-error: unknown key `{key}`; the keys are field, message"
+                    ));
+                }
+                Expect::Error {
+                    field: text("field")?,
+                    message: text("message")?,
+                }
+            }
+            (None, Some(_)) => {
+                return Err(
+                    "`expect-error` must be an object with `field` and/or `message`".into(),
+                );
+            }
+            _ => return Err("the fixture needs exactly one of `expect` and `expect-error`".into()),
+        };
+        Ok(Self {
+            settings,
+            request,
+            expect,
+        })
+    }
 }
 
 /// What `plugin test` runs: the plugin, its hook, settings, limits and grants, and the author's
@@ -432,13 +504,13 @@ impl Suite<'_> {
             rejects_malformed_settings(&plugin).await,
         ));
         if let Some(dir) = self.fixtures {
-            verdicts.extend(self.fixtures(dir).await?);
+            verdicts.extend(self.fixtures(&plugin, dir).await?);
         }
         Ok(verdicts)
     }
 
     /// One verdict per `*.json` in `dir`, in name order.
-    async fn fixtures(&self, dir: &Path) -> anyhow::Result<Vec<Verdict>> {
+    async fn fixtures(&self, plugin: &Arc<Plugin>, dir: &Path) -> anyhow::Result<Vec<Verdict>> {
         let mut files: Vec<_> = std::fs::read_dir(dir)
             .with_context(|| format!("cannot list --fixtures {}", dir.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -457,59 +529,77 @@ impl Suite<'_> {
                 .into_owned();
             verdicts.push(Verdict::new(
                 format!("fixture {name}"),
-                self.fixture(&file).await,
+                self.fixture(plugin, &file).await,
             ));
         }
         Ok(verdicts)
     }
 
-    /// The verdict of one fixture file.
-    async fn fixture(&self, file: &Path) -> Result<String, String> {
+    /// The verdict of one fixture file. `loaded` is the plugin loaded with `--settings`: a
+    /// fixture's own settings go through its `validate-settings` first, and a rejection is the
+    /// fixture's outcome, as the call's rejection of them is in the SDK's harness.
+    async fn fixture(&self, loaded: &Arc<Plugin>, file: &Path) -> Result<String, String> {
         let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read it: {e}"))?;
-        let fixture: Fixture = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "not a fixture ({{\"request\": …, \"expect\": {{\"ok\": …}} or \
-                 {{\"err\": …}}}}): {e}"
-            )
-        })?;
-        let about = fixture
-            .description
-            .as_deref()
-            .map(|d| format!(" ({d})"))
-            .unwrap_or_default();
+        let fixture = Fixture::parse(&text)?;
         let request = HostRequest::parse(self.hook, &fixture.request)?;
-        let plugin = crate::plugin_tools::load_for_cli(
-            self.runtime,
-            self.hook,
-            self.plugin,
-            fixture.settings.unwrap_or_else(|| self.settings.clone()),
-            self.limits.clone(),
-            self.grants.clone(),
-        )
-        .await
-        .map_err(|e| format!("{e:#}"))?;
-        let got = call(&plugin, &request).await;
-        let (want, got, what) = match (&fixture.expect, got) {
-            (Expect::Ok(want), Ok(answer)) => (want, answer.to_wit(), "decision"),
-            (Expect::Err(want), Err(e)) => match &e.failure {
-                Failure::Plugin { message, field } => (
-                    want,
-                    wit_json::plugin_error(message, field.as_deref()),
-                    "plugin-error",
-                ),
-                _ => return Err(format!("expected a plugin-error{about}, got: {e}")),
+        let outcome = match fixture.settings {
+            None => call(loaded, &request).await,
+            Some(settings) => match loaded.validate_settings(settings.to_string()).await {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    let plugin = crate::plugin_tools::load_for_cli(
+                        self.runtime,
+                        self.hook,
+                        self.plugin,
+                        settings,
+                        self.limits.clone(),
+                        self.grants.clone(),
+                    )
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                    call(&plugin, &request).await
+                }
             },
-            (Expect::Ok(_), Err(e)) => return Err(format!("expected a decision{about}, got: {e}")),
-            (Expect::Err(_), Ok(answer)) => {
-                return Err(format!(
-                    "expected a plugin-error{about}, got the decision {}",
-                    answer.to_wit()
-                ));
-            }
         };
-        matches(want, &got, "")
-            .map(|()| format!("the expected {what}{about}"))
-            .map_err(|why| format!("{why}{about}; the {what} was {got}"))
+        match (&fixture.expect, outcome) {
+            (Expect::Answer(want), Ok(answer)) => {
+                let got = answer.to_wit();
+                matches(want, &got, "expect")
+                    .map(|()| "the expected answer".to_owned())
+                    .map_err(|why| format!("{why}; the answer was {got}"))
+            }
+            (Expect::Answer(_), Err(e)) => Err(format!("expected an answer, got: {e}")),
+            (Expect::Error { field, message }, Err(e)) => {
+                let Failure::Plugin {
+                    message: got_message,
+                    field: got_field,
+                } = &e.failure
+                else {
+                    return Err(format!("expected a plugin-error, got: {e}"));
+                };
+                let got = || wit_json::plugin_error(got_message, got_field.as_deref()).to_string();
+                if field.is_some() && got_field != field {
+                    return Err(format!(
+                        "expected a plugin-error at {}, got {}",
+                        field.as_deref().unwrap_or_default(),
+                        got()
+                    ));
+                }
+                if let Some(part) = message
+                    && !got_message.contains(part.as_str())
+                {
+                    return Err(format!(
+                        "expected a plugin-error whose message contains {part:?}, got {}",
+                        got()
+                    ));
+                }
+                Ok("the expected plugin-error".to_owned())
+            }
+            (Expect::Error { .. }, Ok(answer)) => Err(format!(
+                "expected a plugin-error, got the answer {}",
+                answer.to_wit()
+            )),
+        }
     }
 }
 
@@ -686,14 +776,13 @@ async fn rejects_malformed_settings(plugin: &Arc<Plugin>) -> Result<String, Stri
 
 /// Whether `got` matches the pattern `want` (see [`Fixture`]); the first mismatch, at its path.
 fn matches(want: &Value, got: &Value, at: &str) -> Result<(), String> {
-    let here = if at.is_empty() { "the answer" } else { at };
     match (want, got) {
         (Value::Object(w), Value::Object(g)) => {
             for (key, w) in w {
                 let path = format!("{at}.{key}");
                 match g.get(key) {
                     Some(g) => matches(w, g, &path)?,
-                    None => return Err(format!("{path}: expected {w}, absent")),
+                    None => return Err(format!("{path}: missing from the answer")),
                 }
             }
             Ok(())
@@ -701,7 +790,7 @@ fn matches(want: &Value, got: &Value, at: &str) -> Result<(), String> {
         (Value::Array(w), Value::Array(g)) => {
             if w.len() != g.len() {
                 return Err(format!(
-                    "{here}: expected {} items, got {}",
+                    "{at}: expected {} elements, got {}",
                     w.len(),
                     g.len()
                 ));
@@ -713,7 +802,7 @@ fn matches(want: &Value, got: &Value, at: &str) -> Result<(), String> {
         }
         (Value::Number(w), Value::Number(g)) if w.as_f64() == g.as_f64() => Ok(()),
         (w, g) if w == g => Ok(()),
-        (w, g) => Err(format!("{here}: expected {w}, got {g}")),
+        (w, g) => Err(format!("{at}: expected {w}, got {g}")),
     }
 }
 
@@ -800,23 +889,59 @@ mod tests {
     }
 
     #[test]
+    fn fixtures_are_read_in_the_sdk_harness_format() {
+        let f = Fixture::parse(
+            r#"{"settings": "{\"percent\": 150}", "request": {},
+                "expect-error": {"field": "settings.percent", "message": "from 0 to 100"}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.settings, Some(json!({"percent": 150})));
+        assert!(
+            matches!(&f.expect, Expect::Error { field: Some(f), message: Some(m) }
+                     if f == "settings.percent" && m == "from 0 to 100"),
+            "{f:?}"
+        );
+        let f = Fixture::parse(r#"{"request": {}, "expect": {"http": []}}"#).unwrap();
+        assert!(f.settings.is_none() && matches!(f.expect, Expect::Answer(_)));
+        for (text, why) in [
+            ("[]", "a fixture must be a JSON object"),
+            (
+                r#"{"request": {}, "expect": {}, "description": ""}"#,
+                "unknown key `description`; the keys are settings, request, expect, expect-error",
+            ),
+            (r#"{"expect": {}}"#, "the fixture has no `request`"),
+            (
+                r#"{"request": {}, "expect": {}, "expect-error": {}}"#,
+                "the fixture needs exactly one of `expect` and `expect-error`",
+            ),
+            (
+                r#"{"request": {}, "expect-error": {"code": 1}}"#,
+                "expect-error: unknown key `code`; the keys are field, message",
+            ),
+        ] {
+            assert_eq!(Fixture::parse(text).unwrap_err(), why, "{text}");
+        }
+    }
+
+    #[test]
     fn patterns_match_by_the_keys_they_give() {
         let got = json!({"state": "active", "action": "create", "reason": "r", "n": 2.0});
+        let at = "expect";
         assert_eq!(
-            matches(&json!({"state": "active", "n": 2}), &got, ""),
+            matches(&json!({"state": "active", "n": 2}), &got, at),
             Ok(())
         );
         assert_eq!(
-            matches(&json!({"action": "renew"}), &got, ""),
-            Err(r#".action: expected "renew", got "create""#.into())
+            matches(&json!({"action": "renew"}), &got, at),
+            Err(r#"expect.action: expected "renew", got "create""#.into())
         );
         assert_eq!(
-            matches(&json!({"x": 1}), &got, ""),
-            Err(".x: expected 1, absent".into())
+            matches(&json!({"x": 1}), &got, at),
+            Err("expect.x: missing from the answer".into())
         );
         assert_eq!(
-            matches(&json!([{}]), &json!([{}, {}]), ""),
-            Err("the answer: expected 1 items, got 2".into())
+            matches(&json!([{}]), &json!([{}, {}]), at),
+            Err("expect: expected 1 elements, got 2".into())
         );
         assert!(under("settings.maxAge", "settings") && under("request[0]", "request"));
         assert!(!under("settingsX", "settings"));

@@ -971,22 +971,31 @@ fn test_checks_the_authors_fixtures() {
     };
     write(
         "a-no-lease.json",
-        serde_json::json!({"description": "no lease: create it",
-                           "request": tick(serde_json::Value::Null, 15),
-                           "expect": {"ok": {"state": "active", "action": "create"}}}),
+        serde_json::json!({"request": tick(serde_json::Value::Null, 15),
+                           "expect": {"state": "active", "action": "create"}}),
     );
     write(
         "b-zero-wait.json",
         serde_json::json!({"request": tick(serde_json::Value::Null, 0),
-                           "expect": {"err": {"message": "waitTimeInSeconds must be at least 1"}}}),
+                           "expect-error": {"message": "must be at least 1"}}),
     );
     write(
         "c-wrong.json",
-        serde_json::json!({"description": "a peer's fresh lease",
-                           "request": tick(serde_json::json!({"owner": "us-1", "updated-time": 999_000, "notes": ""}), 15),
-                           "expect": {"ok": {"state": "active"}}}),
+        serde_json::json!({"request": tick(serde_json::json!({"owner": "us-1", "updated-time": 999_000, "notes": ""}), 15),
+                           "expect": {"state": "active"}}),
     );
     std::fs::write(dir.join("d-garbled.json"), r#"{"request": {}}"#).unwrap();
+    write(
+        "e-no-field.json",
+        serde_json::json!({"request": tick(serde_json::Value::Null, 0),
+                           "expect-error": {"field": "request.wait-time-seconds"}}),
+    );
+    // Settings of its own, which the plugin's validate-settings rejects: that is its outcome.
+    write(
+        "f-settings.json",
+        serde_json::json!({"settings": "[1]", "request": tick(serde_json::Value::Null, 15),
+                           "expect-error": {"message": "settings must be a JSON object"}}),
+    );
     std::fs::write(dir.join("notes.txt"), "not a fixture").unwrap();
     let out = wasmop(&[
         "plugin",
@@ -1003,27 +1012,37 @@ fn test_checks_the_authors_fixtures() {
         .lines()
         .filter(|l| l.contains(": fixture "))
         .collect();
-    assert_eq!(fixtures.len(), 4, "{stdout}");
-    assert_eq!(
-        fixtures[0],
-        "ok: fixture a-no-lease: the expected decision (no lease: create it)"
-    );
+    assert_eq!(fixtures.len(), 6, "{stdout}");
+    assert_eq!(fixtures[0], "ok: fixture a-no-lease: the expected answer");
     assert_eq!(
         fixtures[1],
         "ok: fixture b-zero-wait: the expected plugin-error"
     );
     assert!(
         fixtures[2].starts_with(
-            "FAIL: fixture c-wrong: .state: expected \"active\", got \"passive\" (a peer's \
-             fresh lease); the decision was {"
+            "FAIL: fixture c-wrong: expect.state: expected \"active\", got \"passive\"; the \
+             answer was {"
         ),
         "{stdout}"
     );
     assert!(
-        fixtures[3].starts_with("FAIL: fixture d-garbled: not a fixture")
-            && fixtures[3].contains("missing field `expect`"),
+        fixtures[3]
+            == "FAIL: fixture d-garbled: the fixture needs exactly one of `expect` and \
+                       `expect-error`",
         "{stdout}"
     );
+    assert_eq!(
+        fixtures[4],
+        "FAIL: fixture e-no-field: expected a plugin-error at request.wait-time-seconds, got \
+         {\"field\":null,\"message\":\"waitTimeInSeconds must be at least 1\"}",
+        "{stdout}"
+    );
+    assert_eq!(
+        fixtures[5],
+        "ok: fixture f-settings: the expected plugin-error"
+    );
+    // 3 fixtures, and dr-lease's own rejects-malformed-settings until it names the field.
+    assert_says(&out, " of 11 properties of a dr plugin");
 
     let empty = temp_dir("fixtures-empty");
     let out = wasmop(&[
