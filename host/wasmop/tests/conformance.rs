@@ -141,17 +141,38 @@ const KNOWN_FAILURES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// `wasmop plugin test FILE --hook H --settings S`: (exit ok, stdout + stderr).
+/// The author's fixtures of the component `name`, if its sources carry some: the `fixtures`
+/// directory of its example (`examples/plugins/*/fixtures`, in the format `plugin test` and the
+/// Rust SDK's harness share) or of its default plugin (`plugins/*/fixtures`).
+fn fixtures(name: &str) -> Option<PathBuf> {
+    let root = wasmop_tests::repo_root();
+    let dir = match name {
+        "canary-router" => root.join("examples/plugins/rust-canary-router"),
+        "schedule-scaler" => root.join("examples/plugins/python-schedule-scaler"),
+        "annotation-restart" => root.join("examples/plugins/js-annotation-restart"),
+        "business-hours-dr" => root.join("examples/plugins/c-business-hours-dr"),
+        "max-age-restart" => root.join("examples/plugins/go-max-age-restart"),
+        "none" => root.join("plugins/dr-none"),
+        other => root.join("plugins").join(other),
+    }
+    .join("fixtures");
+    dir.is_dir().then_some(dir)
+}
+
+/// `wasmop plugin test FILE --hook H --settings S [--fixtures DIR]`: (exit ok, stdout +
+/// stderr).
 fn plugin_test(c: &Component) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmop"))
-        .args(["plugin", "test"])
-        .arg(&c.file)
-        .args([
-            "--hook",
-            c.hook.as_str(),
-            "--settings",
-            &c.settings.to_string(),
-        ])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmop"));
+    cmd.args(["plugin", "test"]).arg(&c.file).args([
+        "--hook",
+        c.hook.as_str(),
+        "--settings",
+        &c.settings.to_string(),
+    ]);
+    if let Some(dir) = fixtures(c.name) {
+        cmd.arg("--fixtures").arg(dir);
+    }
+    let out = cmd
         .env("WASMOP_CACHE_DIR", cache_dir())
         .output()
         .expect("run wasmop plugin test");
@@ -191,7 +212,7 @@ fn conforms(c: &Component) -> Result<(), String> {
 }
 
 /// Every component passes `wasmop plugin test`, the conformance suite authors run, with its
-/// settings (but for [`KNOWN_FAILURES`]). Runs once, before the calls below, so that each
+/// settings and its own fixtures if it has some (but for [`KNOWN_FAILURES`]). Runs once, before the calls below, so that each
 /// component is compiled once (into the shared cache) rather than by every test at the same
 /// time.
 fn checked() -> &'static Result<(), String> {
