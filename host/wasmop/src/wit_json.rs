@@ -1,11 +1,12 @@
 //! The JSON form of the hooks' WIT types that the author tools read and print (`plugin run`,
 //! `plugin test` fixtures, `plugin scaffold request`): records are objects whose keys are the
-//! WIT field names (`dynamic-env`, kebab-case as `wit/plugin.wit` writes them), an `enum` case
-//! is its WIT name as a string (`"up"`), a `variant` case with a payload is an object of one key
-//! (`{"exact": "jason"}`), an `option` is `null` or its value, a `list` an array. A `string`
-//! field that carries JSON text (a routing request's `virtual-service`, a trigger's `metadata`,
-//! a restart request's `desired`, `applied` and `pods`, a router's `http`) is read as the JSON
-//! it holds or as a string holding it, and printed as the JSON it holds.
+//! WIT field names (`dynamic-env`, kebab-case as the WIT package `wasmop:plugin` writes
+//! them), an `enum` case is its WIT name as a string (`"up"`), a `variant` case with a payload
+//! is an object of one key (`{"exact": "jason"}`), an `option` is `null` or its value, a
+//! `list` an array. A `string` field that carries JSON text (a routing request's
+//! `virtual-service`, a trigger's `metadata`, a restart request's `desired`, `applied` and
+//! `pods`, a router's `http`) is read as the JSON it holds or as a string holding it, and
+//! printed as the JSON it holds.
 //!
 //! The host's Rust types serialize differently (`dynamic_env`, `{"Exact": …}`, `"Up"`): this
 //! module converts between the two, guided by a description of each WIT type, so that a
