@@ -12,7 +12,7 @@
 //! | `route-checks` | (routing) every routing answer passes the host's route checks ([`wasmop_controllers::routing::answer::check`]) |
 //! | `deterministic` | the same request answered twice gives the same answer |
 //! | `rejects-malformed-settings` | `validate-settings` rejects settings that are not JSON, not an object, or hold a key no plugin knows, each with a `plugin-error` whose `field` is `settings` or under it |
-//! | `fixture NAME` | the author's fixture `NAME.json` (see [`Fixture`]) gets the decision it expects |
+//! | `fixture NAME` | the author's fixture `NAME.json` (see [`Fixture`]) gets the answer or `plugin-error` it expects |
 //!
 //! A call denied an outbound host counts as answered (it would reach the host with the grant);
 //! the verdict says how many were.

@@ -74,8 +74,9 @@ pub(crate) enum PluginCommand {
         /// The hook it is for.
         #[arg(long)]
         hook: Hook,
-        /// A directory of fixtures, `NAME.json` each: `{"request": …, "expect": {"ok": …} or
-        /// {"err": …}}`, optionally `"settings"` and `"description"`.
+        /// A directory of fixtures, `NAME.json` each: `{"request": …, "expect": ANSWER}` or
+        /// `{"request": …, "expect-error": {"field": …, "message": …}}`, optionally with
+        /// `"settings"` (the Rust SDK's fixture format).
         #[arg(long, value_name = "DIR")]
         fixtures: Option<PathBuf>,
         /// Settings JSON to load it with (a fixture may give its own).
