@@ -10,6 +10,7 @@
 //! | `answers-within-limits` | every built-in request is answered (a decision or a `plugin-error`) under the limits: no timeout, memory or output overrun, trap or exit |
 //! | `well-formed-output` | every answer has the documented shape: routes a JSON array of objects, one decision per pod, a finite vote value, a reason that is not empty, a `plugin-error` with a message and a `field` (if any) under `request` or `settings` |
 //! | `route-checks` | (routing) every routing answer passes the host's route checks ([`wasmop_controllers::routing::answer::check`]) |
+//! | `lease-rules` | (dr) every decision asks only for a lease write the host makes: create only without a lease, renew only our own, take over only a lease unchanged for `wait-time-seconds` × `failure-threshold` |
 //! | `deterministic` | the same request answered twice gives the same answer |
 //! | `rejects-malformed-settings` | `validate-settings` rejects settings that are not JSON, not an object, or hold a key no plugin knows, each with a `plugin-error` whose `field` is `settings` or under it |
 //! | `fixture NAME` | the author's fixture `NAME.json` (see [`Fixture`]) gets the answer or `plugin-error` it expects |
@@ -498,6 +499,9 @@ impl Suite<'_> {
         if self.hook == Hook::Routing {
             verdicts.push(Verdict::new("route-checks", route_checks(&calls)));
         }
+        if self.hook == Hook::Dr {
+            verdicts.push(Verdict::new("lease-rules", lease_rules(&calls)));
+        }
         verdicts.push(Verdict::new("deterministic", deterministic(&calls)));
         verdicts.push(Verdict::new(
             "rejects-malformed-settings",
@@ -720,6 +724,50 @@ fn route_checks(calls: &[Call]) -> Result<String, String> {
         return Err("no built-in request got routes to check".into());
     }
     Ok(format!("{checked} answers"))
+}
+
+/// `lease-rules`: each DR decision asks only for a lease write the host would make, judged from
+/// the request alone (the host also requires, for a takeover, that it saw the lease unchanged
+/// that long itself).
+fn lease_rules(calls: &[Call]) -> Result<String, String> {
+    use wasmop_plugin_host::LeaseAction;
+    let mut checked = 0;
+    for c in calls {
+        let (HostRequest::Dr(request), Ok(Answer::State(decision))) = (&c.request, &c.first) else {
+            continue;
+        };
+        let lease = request.lease.as_ref();
+        let ours = lease.is_some_and(|l| l.owner == request.identity);
+        let expiry_ms =
+            i64::from(request.wait_time_seconds) * i64::from(request.failure_threshold) * 1000;
+        let why = match (decision.action, lease) {
+            (LeaseAction::Create, Some(_)) => Some(
+                "asks to create the lease, which exists: only an absent lease is created".into(),
+            ),
+            (LeaseAction::Renew, _) if !ours => {
+                Some("asks to renew a lease it does not hold: only its own lease is renewed".into())
+            }
+            (LeaseAction::Takeover, None) => {
+                Some("asks to take over a lease that does not exist (create it instead)".into())
+            }
+            (LeaseAction::Takeover, Some(l)) if request.now - l.updated_time < expiry_ms => {
+                Some(format!(
+                    "asks to take over a lease renewed {} ms ago, less than wait-time-seconds × \
+                     failure-threshold ({expiry_ms} ms)",
+                    request.now - l.updated_time
+                ))
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Err(format!(
+                "built-in request {}: {why}; the host would refuse the write",
+                c.case
+            ));
+        }
+        checked += 1;
+    }
+    Ok(format!("{checked} decisions"))
 }
 
 /// `deterministic`.

@@ -948,6 +948,24 @@ fn test_names_each_property_and_fails_a_broken_plugin_on_it() {
     );
     assert_says(&spins, "FAILED: 3 of 6 properties of a routing plugin");
 
+    // A DR plugin that takes over every lease it sees: the host would refuse the writes.
+    let thief = wasmop(&[
+        "plugin",
+        "test",
+        &component("wasmop_hostile_dr.wasm"),
+        "--hook",
+        "dr",
+    ]);
+    assert_eq!(thief.status.code(), Some(1), "{}", text(&thief));
+    assert_says(
+        &thief,
+        "FAIL: lease-rules: built-in request own-lease: asks to take over a lease renewed 15000 \
+         ms ago, less than wait-time-seconds × failure-threshold (45000 ms); the host would \
+         refuse the write",
+    );
+    let lease = wasmop(&["plugin", "test", "builtin://dr-lease", "--hook", "dr"]);
+    assert_says(&lease, "ok: lease-rules: 5 decisions");
+
     // A component of another hook fails `loads` alone.
     let wrong = wasmop(&["plugin", "test", "builtin://dr-lease", "--hook", "routing"]);
     assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
@@ -1042,7 +1060,7 @@ fn test_checks_the_authors_fixtures() {
         "ok: fixture f-settings: the expected plugin-error"
     );
     // 3 fixtures, and dr-lease's own rejects-malformed-settings until it names the field.
-    assert_says(&out, " of 11 properties of a dr plugin");
+    assert_says(&out, " of 12 properties of a dr plugin");
 
     let empty = temp_dir("fixtures-empty");
     let out = wasmop(&[
