@@ -212,23 +212,18 @@ fn conforms(c: &Component) -> Result<(), String> {
 }
 
 /// Every component passes `wasmop plugin test`, the conformance suite authors run, with its
-/// settings and its own fixtures if it has some (but for [`KNOWN_FAILURES`]). Runs once, before the calls below, so that each
-/// component is compiled once (into the shared cache) rather than by every test at the same
-/// time.
+/// settings and its own fixtures if it has some (but for [`KNOWN_FAILURES`]). Runs once, before
+/// the calls below, so that each component is compiled once (into the shared cache) rather than
+/// by every test at the same time; one component at a time, so that the large ones (Python,
+/// JavaScript) do not share the cores while they compile under `wasmop run`'s compile timeout.
 fn checked() -> &'static Result<(), String> {
     static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
     CHECKED.get_or_init(|| {
         examples();
-        let failures: Vec<String> = std::thread::scope(|s| {
-            let handles: Vec<_> = components()
-                .into_iter()
-                .map(|c| s.spawn(move || conforms(&c).err()))
-                .collect();
-            handles
-                .into_iter()
-                .filter_map(|h| h.join().expect("test thread"))
-                .collect()
-        });
+        let failures: Vec<String> = components()
+            .iter()
+            .filter_map(|c| conforms(c).err())
+            .collect();
         if failures.is_empty() {
             Ok(())
         } else {
