@@ -1,6 +1,6 @@
-//! `wasmop plugin check|check-registry|run|push|pull`: the tools of plugin authors, which load
-//! a component as the operator would, without a cluster, and move it to and from an OCI
-//! registry.
+//! `wasmop plugin check|check-registry|run|test|scaffold|push|pull`: the tools of plugin
+//! authors, which load a component as the operator would, without a cluster, run the hook's
+//! conformance suite on it ([`crate::conformance`]), and move it to and from an OCI registry.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
