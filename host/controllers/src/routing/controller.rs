@@ -76,8 +76,9 @@ pub(crate) const READY: &str = "Ready";
 const CONTROLLER: &str = "routing";
 /// Requeue of a ready DynamicEnv (the watches bring every change sooner).
 const RESYNC: Duration = Duration::from_secs(300);
-/// Requeue while something is not ready yet (the watches usually come first).
-const PROCESSING_RETRY: Duration = Duration::from_secs(15);
+/// Requeue while something is not ready yet: a safety net, since the watches of the clones and
+/// the other objects a DynamicEnv depends on bring each change first.
+const PROCESSING_RETRY: Duration = Duration::from_secs(60);
 /// Requeue of a degraded DynamicEnv (or a failing router under `failurePolicy: Fail`).
 const DEGRADED_RETRY: Duration = Duration::from_secs(60);
 /// How long a write of this process overrides the caches that have not seen it.
