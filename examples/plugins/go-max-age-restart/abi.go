@@ -2,7 +2,7 @@
 
 // Canonical ABI glue for the restart-predicate world of wasmop:plugin@0.1.0, by hand: the
 // exports take the flattened parameters (strings as pointer and length) and return a pointer to
-// a return area laid out as the component model's canonical ABI says (wit/plugin.wit):
+// a return area laid out as the component model's canonical ABI says (plugins/sdk/wit/plugin.wit):
 //
 //	plugin-info                            name @0, version @8 (ptr, len), hook u8 @16; size 20
 //	result<_, plugin-error>                tag u8 @0; error: message @4, field option @12 (tag),

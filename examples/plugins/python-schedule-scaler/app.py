@@ -18,7 +18,7 @@ Settings (all optional): `{"utcOffset": "+00:00", "holidays": ["2026-12-25"]}`: 
 (local date) every window is closed.
 
 Built with componentize-py (see README.md); the bindings module `wit_world` is generated from
-wit/plugin.wit at build time.
+plugins/sdk/wit/plugin.wit at build time.
 """
 
 import json

@@ -1,4 +1,4 @@
-//! Guest-side bindings for the `wasmop:plugin@0.1.0` worlds (see `wit/plugin.wit`).
+//! Guest-side bindings for the `wasmop:plugin@0.1.0` worlds (see `plugins/sdk/wit/plugin.wit`).
 //!
 //! A Rust plugin depends on this crate, implements the world's `Guest` trait and exports it
 //! with the world's macro, e.g. for the `state-checker` world:
@@ -61,7 +61,7 @@ impl PluginInfo {
 pub mod router {
     wit_bindgen::generate!({
         world: "router",
-        path: "../../wit",
+        path: "wit",
         pub_export_macro: true,
         export_macro_name: "export_router",
         default_bindings_module: "wasmop_plugin_sdk::router",
@@ -72,7 +72,7 @@ pub mod router {
 pub mod scaler {
     wit_bindgen::generate!({
         world: "scaler",
-        path: "../../wit",
+        path: "wit",
         with: {
             "wasmop:plugin/types@0.1.0": crate::router::wasmop::plugin::types,
             "wasmop:plugin/log@0.1.0": crate::router::wasmop::plugin::log,
@@ -87,7 +87,7 @@ pub mod scaler {
 pub mod restart_predicate {
     wit_bindgen::generate!({
         world: "restart-predicate",
-        path: "../../wit",
+        path: "wit",
         with: {
             "wasmop:plugin/types@0.1.0": crate::router::wasmop::plugin::types,
             "wasmop:plugin/log@0.1.0": crate::router::wasmop::plugin::log,
@@ -102,7 +102,7 @@ pub mod restart_predicate {
 pub mod state_checker {
     wit_bindgen::generate!({
         world: "state-checker",
-        path: "../../wit",
+        path: "wit",
         with: {
             "wasmop:plugin/types@0.1.0": crate::router::wasmop::plugin::types,
             "wasmop:plugin/log@0.1.0": crate::router::wasmop::plugin::log,
