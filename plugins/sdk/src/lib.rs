@@ -19,6 +19,7 @@
 #![allow(unsafe_code, missing_docs, clippy::too_many_arguments)]
 
 pub mod duration;
+pub mod fixtures;
 pub mod http;
 pub mod quantity;
 
@@ -119,14 +120,21 @@ pub mod state_checker {
 
 pub use router::wasmop::plugin::log::Level;
 
-/// Logs a `format!` message at a [`Level`] through the host's `log` import, e.g.
-/// `log!(Debug, "{service}: {reason}")`. The host caps and tags what a plugin logs.
+/// Logs a `format!` message at a [`Level`] with [`log_line`], e.g.
+/// `log!(Debug, "{service}: {reason}")`.
 #[macro_export]
 macro_rules! log {
     ($level:ident, $($arg:tt)*) => {
-        $crate::router::wasmop::plugin::log::log(
-            $crate::Level::$level,
-            &format!($($arg)*),
-        )
+        $crate::log_line($crate::Level::$level, &format!($($arg)*))
     };
+}
+
+/// Writes `message` as one log line at `level`: in a component through the host's `log` import
+/// (the host caps and tags what a plugin logs); natively, as when a plugin's logic runs in its
+/// own `cargo test` ([`fixtures`]), to stderr as `[Level] message`.
+pub fn log_line(level: Level, message: &str) {
+    #[cfg(target_arch = "wasm32")]
+    router::wasmop::plugin::log::log(level, message);
+    #[cfg(not(target_arch = "wasm32"))]
+    eprintln!("[{level:?}] {message}");
 }
