@@ -114,9 +114,9 @@ build_go_max_age_restart() {
   (cd "$here/go-max-age-restart" && GOOS=wasip1 GOARCH=wasm GOFLAGS=-mod=mod \
     go build -buildmode=c-shared -trimpath -o "$gen/core.wasm" .)
   # The adapter's world imports wasmop:plugin/log, so it resolves against the WIT as a dependency.
-  cp -r "$here/go-max-age-restart/adapter/wit/." "$gen/wit/"
+  cp -r "$root/plugins/sdk-go/adapter/wit/." "$gen/wit/"
   cp "$wit/plugin.wit" "$gen/wit/deps/wasmop-plugin/"
-  "$WASM_TOOLS" component embed "$gen/wit" --world adapter "$here/go-max-age-restart/adapter/adapter.wat" \
+  "$WASM_TOOLS" component embed "$gen/wit" --world adapter "$root/plugins/sdk-go/adapter/adapter.wat" \
     -o "$gen/adapter.wasm"
   "$WASM_TOOLS" component embed "$wit" --world restart-predicate "$gen/core.wasm" -o "$gen/embedded.wasm"
   "$WASM_TOOLS" component new "$gen/embedded.wasm" --adapt "wasi_snapshot_preview1=$gen/adapter.wasm" -o "$1"
@@ -127,5 +127,5 @@ build rust-canary-router canary-router.wasm examples/plugins/rust-canary-router 
 build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler
 build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart
 build c-business-hours-dr business-hours-dr.wasm examples/plugins/c-business-hours-dr
-build go-max-age-restart max-age-restart.wasm examples/plugins/go-max-age-restart
+build go-max-age-restart max-age-restart.wasm examples/plugins/go-max-age-restart plugins/sdk-go
 echo "$out"

@@ -1,6 +1,7 @@
 //! The plugin SDKs as an author outside this repository uses them: the Rust SDK packaged by
 //! `cargo package` and depended on by version from a crate of its own (built for
-//! wasm32-wasip2, its fixtures run by its `cargo test`).
+//! wasm32-wasip2, its fixtures run by its `cargo test`), and the Go SDK (plugins/sdk-go) and the
+//! Go example on it through `go test`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -197,4 +198,23 @@ fn the_packaged_rust_sdk_builds_a_plugin_outside_the_repository() {
         .current_dir(&author)
         .args(["test", "--offline", "--quiet", "--target-dir"])
         .arg(&target));
+}
+
+/// `go test ./...` in `dir` (relative to the repository root), natively.
+fn go_test(dir: &str) {
+    run(Command::new("go")
+        .current_dir(repo_root().join(dir))
+        .args(["test", "-count=1", "./..."]));
+}
+
+#[test]
+#[ignore = "needs Go (scripts/setup.sh checks it): run with make test"]
+fn the_go_sdk_lays_values_out_as_the_canonical_abi_says() {
+    go_test("plugins/sdk-go");
+}
+
+#[test]
+#[ignore = "needs Go (scripts/setup.sh checks it): run with make test"]
+fn the_go_example_policy_passes_its_tests_on_the_go_sdk() {
+    go_test("examples/plugins/go-max-age-restart");
 }
