@@ -86,10 +86,11 @@ build_python_schedule_scaler() {
 }
 
 build_js_annotation_restart() {
-  need "$JCO" jco
-  # jco gives its bundled wasm-tools the working directory only, so paths are relative to the root.
-  (cd "$root" && "$JCO" componentize examples/plugins/js-annotation-restart/plugin.js --wit plugins/sdk/wit \
-    --world-name restart-predicate -d http fetch-event -o "$1" >/dev/null)
+  need "$COMPONENTIZE_JS" componentize-js
+  # componentize-js sees the working directory only (as `/`), so paths are relative to the root;
+  # the plugin imports the SDK's helper module by its relative path.
+  (cd "$root" && "$COMPONENTIZE_JS" examples/plugins/js-annotation-restart/plugin.js \
+    --wit plugins/sdk/wit --world-name restart-predicate -d http fetch-event -o "$1" >/dev/null)
 }
 
 build_c_business_hours_dr() {
@@ -125,7 +126,7 @@ build_go_max_age_restart() {
 only="$*"
 build rust-canary-router canary-router.wasm examples/plugins/rust-canary-router plugins/sdk Cargo.lock
 build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler
-build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart
+build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart plugins/sdk-js
 build c-business-hours-dr business-hours-dr.wasm examples/plugins/c-business-hours-dr
 build go-max-age-restart max-age-restart.wasm examples/plugins/go-max-age-restart plugins/sdk-go
 echo "$out"

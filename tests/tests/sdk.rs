@@ -218,3 +218,11 @@ fn the_go_sdk_lays_values_out_as_the_canonical_abi_says() {
 fn the_go_example_policy_passes_its_tests_on_the_go_sdk() {
     go_test("examples/plugins/go-max-age-restart");
 }
+
+#[test]
+#[ignore = "needs Node.js (scripts/setup.sh installs the JS toolchain with npm): run with make test"]
+fn the_js_helper_module_passes_its_node_tests() {
+    run(Command::new("node")
+        .current_dir(repo_root().join("plugins/sdk-js"))
+        .arg("--test"));
+}
