@@ -81,8 +81,8 @@ build_python_schedule_scaler() {
   need "$COMPONENTIZE_PY" componentize-py
   local src="$work/python-src"
   rm -rf "$src" && mkdir -p "$src" && cp "$here/python-schedule-scaler/app.py" "$src/"
-  (cd "$src" && PYTHONDONTWRITEBYTECODE=1 "$COMPONENTIZE_PY" -d "$wit" -w scaler componentize app \
-    -o "$1" >/dev/null)
+  (cd "$src" && PYTHONDONTWRITEBYTECODE=1 "$COMPONENTIZE_PY" -d "$wit" -w scaler componentize \
+    -p . -p "$root/plugins/sdk-python" app -o "$1" >/dev/null)
 }
 
 build_js_annotation_restart() {
@@ -125,7 +125,8 @@ build_go_max_age_restart() {
 
 only="$*"
 build rust-canary-router canary-router.wasm examples/plugins/rust-canary-router plugins/sdk Cargo.lock
-build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler
+build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler \
+  plugins/sdk-python
 build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart plugins/sdk-js
 build c-business-hours-dr business-hours-dr.wasm examples/plugins/c-business-hours-dr
 build go-max-age-restart max-age-restart.wasm examples/plugins/go-max-age-restart plugins/sdk-go

@@ -226,3 +226,12 @@ fn the_js_helper_module_passes_its_node_tests() {
         .current_dir(repo_root().join("plugins/sdk-js"))
         .arg("--test"));
 }
+
+#[test]
+#[ignore = "needs Python 3 (scripts/setup.sh needs it for componentize-py): run with make test"]
+fn the_python_helper_module_passes_its_unit_tests() {
+    run(Command::new("python3")
+        .current_dir(repo_root().join("plugins/sdk-python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["-m", "unittest", "-v"]));
+}
