@@ -13,9 +13,9 @@
 //! if response.status == 200 { /* response.body: the whole body, at most 4 MiB by default */ }
 //! ```
 //!
-//! [`Request::send`] exists when built for WebAssembly; the URL helpers ([`split_url`],
-//! [`percent_encode`]) and the error types build everywhere, so a plugin's own logic and its
-//! native unit tests can use them.
+//! Everything builds natively too, so that a plugin's `Guest` implementation runs in its own
+//! `cargo test`; there, without a host, [`Request::send`] fails with
+//! [`TransportError::Other`].
 
 use std::fmt;
 use std::time::Duration;
@@ -204,6 +204,21 @@ pub fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Request {
+    /// Natively there is no `wasi:http` host: fails with [`TransportError::Other`] saying so.
+    /// In a component, sends the request (see the WebAssembly build's documentation).
+    ///
+    /// # Errors
+    /// Always, natively.
+    pub fn send(&self) -> Result<Response, Error> {
+        Err(Error::Transport(TransportError::Other(format!(
+            "GET {}: wasi:http is only available in a component (this is a native build)",
+            self.url
+        ))))
+    }
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -425,6 +440,15 @@ mod tests {
         assert_eq!(
             (d.timeout, d.max_body_bytes),
             (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES)
+        );
+    }
+
+    #[test]
+    fn natively_send_fails_without_a_host() {
+        let e = Request::get("http://a/b").send().unwrap_err();
+        assert!(
+            e.to_string().contains("only available in a component"),
+            "{e}"
         );
     }
 
