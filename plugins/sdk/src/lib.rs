@@ -141,10 +141,19 @@ macro_rules! log {
 
 /// Writes `message` as one log line at `level`: in a component through the host's `log` import
 /// (the host caps and tags what a plugin logs); natively, as when a plugin's logic runs in its
-/// own `cargo test` ([`fixtures`]), to stderr as `[Level] message`.
+/// own `cargo test` ([`fixtures`]), to stderr as `[debug] message`.
 pub fn log_line(level: Level, message: &str) {
     #[cfg(target_arch = "wasm32")]
     router::wasmop::plugin::log::log(level, message);
     #[cfg(not(target_arch = "wasm32"))]
-    eprintln!("[{level:?}] {message}");
+    {
+        let name = match level {
+            Level::Trace => "trace",
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        };
+        eprintln!("[{name}] {message}");
+    }
 }
