@@ -1,4 +1,4 @@
-// Helpers for wasmop plugins written in JavaScript (jco componentize), beside the bindings jco
+// Helpers for wasmop plugins written in JavaScript (componentize-js), beside the bindings it
 // generates from plugins/sdk/wit/plugin.wit. Plain ES module without WIT imports, so that a
 // plugin's logic and these helpers also run under `node --test`.
 //

@@ -10,7 +10,7 @@
 //
 // Settings (optional): {"annotation": "example.com/restart-requested-at"}
 //
-// Built with jco componentize (StarlingMonkey) with `-d http fetch-event`: the world imports
+// Built with componentize-js (StarlingMonkey) with `-d http fetch-event`: the world imports
 // no wasi:http and exports no incoming handler. See README.md.
 
 import { log } from 'wasmop:plugin/log@0.1.0';

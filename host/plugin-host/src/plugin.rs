@@ -4,7 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use wasmtime::{Trap, UpdateDeadline};
@@ -73,6 +73,7 @@ impl PluginRuntime {
                 hook: WitHook::Routing,
             },
             pre,
+            memory_peak: AtomicUsize::new(0),
         };
         // The load's calls take permits of their own (`CallPermits::load`): a reload never
         // waits behind the hooks' calls, and every instance in flight has a pool slot.
@@ -101,6 +102,8 @@ impl PluginRuntime {
             origin = origin.map_or("shared", |o| if o == Origin::Cached { "cache" } else { "compiled" }), elapsed_ms = started.elapsed().as_millis() as u64, "plugin loaded"
         );
         plugin.info = info;
+        // The peak counts the hook's calls only.
+        plugin.memory_peak = AtomicUsize::new(0);
         Ok(Arc::new(plugin))
     }
 }
@@ -113,6 +116,8 @@ pub struct Plugin {
     digest: String,
     info: PluginInfo,
     pre: Arc<WorldPre>,
+    /// The largest [`Plugin::memory_peak_bytes`] of its calls so far.
+    memory_peak: AtomicUsize,
 }
 
 impl fmt::Debug for Plugin {
@@ -144,6 +149,14 @@ impl Plugin {
     /// What the plugin's `info` returned: (name, version).
     pub fn info(&self) -> (&str, &str) {
         (&self.info.name, &self.info.version)
+    }
+
+    /// The largest linear memory (with tables, as counted against `limits.memoryMiB`) any call
+    /// of this plugin has reached so far, in bytes; 0 before the first call. `load`'s calls of
+    /// `info` and `validate-settings` do not count; [`Plugin::validate_settings`]' do. For
+    /// `wasmop plugin run --repeat`.
+    pub fn memory_peak_bytes(&self) -> usize {
+        self.memory_peak.load(Ordering::Relaxed)
     }
 
     fn fail(&self, failure: Failure) -> CallError {
@@ -209,9 +222,9 @@ impl Plugin {
         let result = tokio::time::timeout(wall_clock, call).await.ok();
         drop(in_flight);
         let sandbox = store.data();
-        self.runtime
-            .metrics
-            .memory(&self.spec, sandbox.memory_use());
+        let memory = sandbox.memory_use();
+        self.runtime.metrics.memory(&self.spec, memory);
+        self.memory_peak.fetch_max(memory.peak, Ordering::Relaxed);
         if sandbox.wrote_stderr() {
             tracing::debug!(plugin = %self.spec.name, "plugin stderr (its tail): {}", sandbox.stderr_tail());
         }

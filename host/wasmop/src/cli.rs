@@ -1,4 +1,5 @@
-//! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan` and `plugin …`.
+//! The `wasmop` command line: `run`, `resolver`, `crdgen`, `plan`, `migrate`, `plugin …` and
+//! `completion`.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -59,6 +60,13 @@ pub(crate) enum Command {
     /// Tools for plugin authors.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Print the shell completion script for SHELL on stdout, e.g. `wasmop completion bash >
+    /// /etc/bash_completion.d/wasmop`, or `source <(wasmop completion zsh)` in `~/.zshrc`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Options of `wasmop plan`.
@@ -94,7 +102,7 @@ pub(crate) fn main() -> ExitCode {
         );
     }
     let default_log = match cli.command {
-        Command::Plugin(_) => "warn",
+        Command::Plugin(_) | Command::Completion { .. } => "warn",
         _ => "info",
     };
     let log = cli.log.as_deref().unwrap_or(default_log);
@@ -148,6 +156,11 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(command) => plugin_tools::run(command).await,
+        Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "wasmop", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

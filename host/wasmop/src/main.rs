@@ -5,11 +5,13 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod conformance;
 mod migrate;
 mod plugin_tools;
 mod registry_watch;
 mod run;
 mod server;
+mod wit_json;
 
 /// jemalloc for the whole process: unlike glibc malloc it writes nothing into or next to a
 /// block it hands out, so the untouched pages of a held connection's buffers stay out of

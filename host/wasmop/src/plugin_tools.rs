@@ -1,6 +1,6 @@
-//! `wasmop plugin check|check-registry|run|push|pull`: the tools of plugin authors, which load
-//! a component as the operator would, without a cluster, and move it to and from an OCI
-//! registry.
+//! `wasmop plugin check|check-registry|run|test|scaffold|push|pull`: the tools of plugin
+//! authors, which load a component as the operator would, without a cluster, run the hook's
+//! conformance suite on it ([`crate::conformance`]), and move it to and from an OCI registry.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +33,11 @@ pub(crate) enum PluginCommand {
         /// Limits and grants `validate-settings` runs under, as a registry entry's.
         #[command(flatten)]
         entry: EntryOptions,
+        /// `text`: one line (`ok: …` or `FAIL: …`); `json`: one object, `{"ok": bool,
+        /// "plugin", "hook", "name", "version", "world", "sha256"}` when it passes, `{"ok":
+        /// false, "plugin", "failures": [{"hook", "message"}]}` when it fails.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Report::Text)]
+        output: Report,
     },
     /// Check a registry offline: parse its `plugins.yaml` as the operator does and load each
     /// entry with its settings, limits and grants.
@@ -54,7 +59,36 @@ pub(crate) enum PluginCommand {
         /// else `~/.docker/config.json`, if there is one].
         #[arg(long, value_name = "FILE")]
         docker_config: Option<PathBuf>,
+        /// `text`: one line per entry, then the defaults; `json`: one object, `{"ok": bool,
+        /// "error": null or why the document is invalid, "entries": [{"name", "hook",
+        /// "source", "status": "ok"|"fail"|"skip", "message"}], "defaults": {HOOK: NAME}}`.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Report::Text)]
+        output: Report,
     },
+    /// Run the hook's conformance suite on a component: built-in requests with the properties
+    /// every plugin of the hook must have, then your own fixtures; one line per property, exit
+    /// 1 when any fails (docs/plugins.md, "Testing a plugin").
+    Test {
+        /// The component file (`.wasm`) or `builtin://NAME`.
+        plugin: String,
+        /// The hook it is for.
+        #[arg(long)]
+        hook: Hook,
+        /// A directory of fixtures, `NAME.json` each: `{"request": …, "expect": ANSWER}` or
+        /// `{"request": …, "expect-error": {"field": …, "message": …}}`, optionally with
+        /// `"settings"` (the Rust SDK's fixture format).
+        #[arg(long, value_name = "DIR")]
+        fixtures: Option<PathBuf>,
+        /// Settings JSON to load it with (a fixture may give its own).
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// Limits and grants, as a registry entry's.
+        #[command(flatten)]
+        entry: EntryOptions,
+    },
+    /// Write starting points for plugin authors.
+    #[command(subcommand)]
+    Scaffold(ScaffoldCommand),
     /// Push a component to an OCI registry as a WebAssembly OCI artifact (one `application/wasm`
     /// layer) and print the `source:` and `sha256:` to paste into `plugins.yaml`.
     Push {
@@ -85,16 +119,45 @@ pub(crate) enum PluginCommand {
         /// A component file or `builtin://NAME`.
         #[arg(long)]
         plugin: String,
-        /// The request as JSON (fields of the hook's WIT request record, `-` as `_`).
-        #[arg(long)]
+        /// A file holding the request as JSON, `-` for stdin: the hook's WIT request record
+        /// with its WIT names (`dynamic-env`, `{"exact": "…"}`); `wasmop plugin scaffold
+        /// request --hook H` prints one to start from.
+        #[arg(long, value_name = "FILE")]
         input: PathBuf,
         /// Settings JSON.
         #[arg(long, default_value = "{}")]
         settings: String,
+        /// Make the call N times, each in a fresh instance as the operator does, and print the
+        /// p50 and p99 call time and the peak linear memory on stderr (the answer of the
+        /// first call on stdout).
+        #[arg(long, value_name = "N", default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        repeat: u32,
         /// Limits and grants, as a registry entry's.
         #[command(flatten)]
         entry: EntryOptions,
     },
+}
+
+/// `wasmop plugin scaffold …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScaffoldCommand {
+    /// Print a realistic request of the hook as `plugin run --input` and fixtures take it (the
+    /// WIT JSON form), to edit into your own.
+    Request {
+        /// The hook.
+        #[arg(long)]
+        hook: Hook,
+    },
+}
+
+/// The output of `plugin check` and `check-registry` (`-o`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Report {
+    /// Lines for people.
+    Text,
+    /// One JSON object, for scripts.
+    Json,
 }
 
 /// How `plugin push` and `plugin pull` reach a registry.
@@ -371,12 +434,14 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
             hook,
             settings,
             entry,
-        } => plugin_check(&plugin, hook, &settings, &entry).await,
+            output,
+        } => plugin_check(&plugin, hook, &settings, &entry, output).await,
         PluginCommand::CheckRegistry {
             file,
             extra_ca_file,
             plugin_data_root,
             docker_config,
+            output,
         } => {
             let docker_config = read_docker_config(docker_config.as_deref())?;
             plugin_check_registry(
@@ -384,8 +449,24 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
                 extra_ca_file.as_deref(),
                 plugin_data_root,
                 docker_config,
+                output,
             )
             .await
+        }
+        PluginCommand::Test {
+            plugin,
+            hook,
+            fixtures,
+            settings,
+            entry,
+        } => plugin_test(&plugin, hook, fixtures.as_deref(), &settings, &entry).await,
+        PluginCommand::Scaffold(ScaffoldCommand::Request { hook }) => {
+            let (_, request) = crate::conformance::builtin_requests(hook)
+                .into_iter()
+                .next()
+                .expect("every hook has built-in requests");
+            println!("{}", serde_json::to_string_pretty(&request)?);
+            Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Push {
             file,
@@ -406,10 +487,54 @@ pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
             plugin,
             input,
             settings,
+            repeat,
             entry,
-        } => plugin_run(hook, &plugin, &input, &settings, &entry)
+        } => plugin_run(hook, &plugin, &input, &settings, repeat, &entry)
             .await
             .map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// `plugin test`: the verdicts, one line each, and a last line with the count; exit 1 when a
+/// property fails.
+///
+/// # Errors
+/// Settings that are not JSON, a component file that cannot be read, an unreadable
+/// `--fixtures` directory.
+async fn plugin_test(
+    plugin: &str,
+    hook: Hook,
+    fixtures: Option<&Path>,
+    settings: &str,
+    entry: &EntryOptions,
+) -> anyhow::Result<ExitCode> {
+    let runtime = entry.runtime()?;
+    let suite = crate::conformance::Suite {
+        runtime: &runtime,
+        plugin,
+        hook,
+        settings: settings_value(settings)?,
+        limits: entry.limits(),
+        grants: entry.grants()?,
+        fixtures,
+    };
+    let verdicts = suite.run().await?;
+    for v in &verdicts {
+        println!("{v}");
+    }
+    let failed = verdicts.iter().filter(|v| !v.ok).count();
+    if failed == 0 {
+        println!(
+            "passed: {plugin} has the {} properties of a {hook} plugin",
+            verdicts.len()
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "FAILED: {failed} of {} properties of a {hook} plugin",
+            verdicts.len()
+        );
+        Ok(ExitCode::FAILURE)
     }
 }
 
@@ -431,6 +556,7 @@ async fn plugin_check(
     hook: Option<Hook>,
     settings: &str,
     entry: &EntryOptions,
+    output: Report,
 ) -> anyhow::Result<ExitCode> {
     let (bytes, name) = read_plugin(plugin).await?;
     let runtime = entry.runtime()?;
@@ -446,11 +572,20 @@ async fn plugin_check(
         match runtime.load(&spec, &bytes).await {
             Ok(p) => {
                 let (pname, version) = p.info();
-                println!(
-                    "ok: {plugin} is a {h} plugin ({pname} {version}), world {} of wasmop:plugin@0.1.0, sha256 {}; settings accepted",
-                    h.world(),
-                    p.digest()
-                );
+                match output {
+                    Report::Text => println!(
+                        "ok: {plugin} is a {h} plugin ({pname} {version}), world {} of wasmop:plugin@0.1.0, sha256 {}; settings accepted",
+                        h.world(),
+                        p.digest()
+                    ),
+                    Report::Json => println!(
+                        "{}",
+                        serde_json::json!({
+                            "ok": true, "plugin": plugin, "hook": h.as_str(), "name": pname,
+                            "version": version, "world": h.world(), "sha256": p.digest(),
+                        })
+                    ),
+                }
                 return Ok(ExitCode::SUCCESS);
             }
             Err(e) => failures.push((h, e)),
@@ -463,37 +598,90 @@ async fn plugin_check(
     }
     // A file that is no component fails every hook alike: say it once. A hook left alone of
     // several is named.
-    let why = if failures
+    let once = failures
         .windows(2)
         .all(|w| w[0].1.message == w[1].1.message)
-        && (failures.len() > 1 || hook.is_some())
-    {
-        format!(" {}", failures[0].1.message)
-    } else {
-        failures
-            .iter()
-            .map(|(h, e)| format!("\n  {h}: {}", e.message))
-            .collect()
-    };
-    println!("FAIL: {plugin} is not a usable wasmop plugin:{why}");
+        && (failures.len() > 1 || hook.is_some());
+    if once {
+        failures.truncate(1);
+    }
+    match output {
+        Report::Text => {
+            let why = if once {
+                format!(" {}", failures[0].1.message)
+            } else {
+                failures
+                    .iter()
+                    .map(|(h, e)| format!("\n  {h}: {}", e.message))
+                    .collect()
+            };
+            println!("FAIL: {plugin} is not a usable wasmop plugin:{why}");
+        }
+        Report::Json => {
+            let failures: Vec<_> = failures
+                .iter()
+                .map(|(h, e)| {
+                    let hook = if once && hook.is_none() {
+                        None
+                    } else {
+                        Some(h.as_str())
+                    };
+                    serde_json::json!({"hook": hook, "message": e.message})
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"ok": false, "plugin": plugin, "failures": failures})
+            );
+        }
+    }
     Ok(ExitCode::FAILURE)
+}
+
+/// The most a ConfigMap may hold, `data` and `binaryData` values together, in bytes: the API
+/// server refuses a larger one (`core.MaxSecretSize`, 1 MiB).
+pub(crate) const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
+
+/// One entry's verdict in `plugin check-registry`.
+struct EntryVerdict {
+    name: String,
+    hook: Hook,
+    source: String,
+    /// `ok`, `fail` or `skip`.
+    status: &'static str,
+    message: String,
 }
 
 /// `plugin check-registry`: one line per entry of `file` (`ok`, `FAIL`, or `skip` for a
 /// `configmap://` source whose ConfigMap is not in the file), then the plugin each hook uses
-/// by default; exit 1 when the document is invalid or an entry fails.
+/// by default; exit 1 when the document is invalid or an entry fails. A `configmap://` source
+/// whose ConfigMap in the file holds more than [`CONFIGMAP_MAX_BYTES`] fails: the API server
+/// would refuse it.
 async fn plugin_check_registry(
     file: &Path,
     extra_ca_file: Option<&Path>,
     plugin_data_root: DataRoot,
     docker_config: Option<Vec<u8>>,
+    output: Report,
 ) -> anyhow::Result<ExitCode> {
     let shown = file.display();
-    let (doc, binaries) = read_registry_file(file)?;
+    let RegistryFile {
+        doc,
+        binaries,
+        configmap_bytes,
+    } = read_registry_file(file)?;
     let config = match RegistryConfig::parse(&doc) {
         Ok(config) => config,
         Err(e) => {
-            println!("FAIL: {shown}: {e}; the operator would serve the builtin defaults instead");
+            let why =
+                format!("{shown}: {e}; the operator would serve the builtin defaults instead");
+            match output {
+                Report::Text => println!("FAIL: {why}"),
+                Report::Json => println!(
+                    "{}",
+                    serde_json::json!({"ok": false, "error": why, "entries": [], "defaults": {}})
+                ),
+            }
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -512,34 +700,100 @@ async fn plugin_check_registry(
         },
     };
     let report = registry.apply(config.clone(), &fetch).await;
-    let mut failed = false;
+    let mut verdicts = Vec::new();
     for spec in &config.plugins {
         let (name, hook) = (&spec.name, spec.hook);
-        if let Ok(Source::ConfigMap { name: cm, key }) = Source::parse(&spec.source)
+        let configmap = match Source::parse(&spec.source) {
+            Ok(Source::ConfigMap { name: cm, key }) => Some((cm, key)),
+            _ => None,
+        };
+        let (status, message) = if let Some((cm, key)) = &configmap
             && !fetch.binaries.contains_key(&(cm.clone(), key.clone()))
         {
-            println!(
-                "skip: {name} ({hook}): {} is read in the cluster; put ConfigMap {cm} (binaryData key {key}) in {shown} to check it here",
-                spec.source
-            );
+            (
+                "skip",
+                format!(
+                    "{} is read in the cluster; put ConfigMap {cm} (binaryData key {key}) in {shown} to check it here",
+                    spec.source
+                ),
+            )
+        } else if let Some((cm, _)) = &configmap
+            && let Some(&size) = configmap_bytes.get(cm)
+            && size > CONFIGMAP_MAX_BYTES
+        {
+            (
+                "fail",
+                format!(
+                    "ConfigMap {cm} holds {size} bytes ({:.1} MiB), over the 1 MiB ({CONFIGMAP_MAX_BYTES} bytes) the API server allows a ConfigMap: it would refuse it. Push the component to an OCI registry instead (`wasmop plugin push FILE oci://REGISTRY/REPOSITORY:TAG`) and use the oci:// source and sha256 it prints",
+                    size as f64 / f64::from(1 << 20)
+                ),
+            )
         } else if let Some((_, e)) = report.failed.iter().find(|(n, _)| n == name) {
-            println!("FAIL: {name} ({hook}): {e}");
-            failed = true;
+            ("fail", e.to_string())
         } else {
             let status = registry.status(hook, Some(name));
-            println!("ok: {name} ({hook}): {}; settings accepted", status.message);
+            ("ok", format!("{}; settings accepted", status.message))
+        };
+        verdicts.push(EntryVerdict {
+            name: name.clone(),
+            hook,
+            source: spec.source.clone(),
+            status,
+            message,
+        });
+    }
+    let failed = verdicts.iter().any(|v| v.status == "fail");
+    let defaults: Vec<(Hook, String)> = Hook::ALL
+        .iter()
+        .map(|&h| (h, registry.status(h, None).name))
+        .collect();
+    match output {
+        Report::Text => {
+            for v in &verdicts {
+                let status = if v.status == "fail" { "FAIL" } else { v.status };
+                println!("{status}: {} ({}): {}", v.name, v.hook, v.message);
+            }
+            let defaults: Vec<String> = defaults
+                .iter()
+                .map(|(h, name)| format!("{h} → {name}"))
+                .collect();
+            println!("defaults: {}", defaults.join(", "));
+        }
+        Report::Json => {
+            let entries: Vec<_> = verdicts
+                .iter()
+                .map(|v| {
+                    serde_json::json!({"name": v.name, "hook": v.hook.as_str(), "source": v.source,
+                                       "status": v.status, "message": v.message})
+                })
+                .collect();
+            let defaults: serde_json::Map<String, serde_json::Value> = defaults
+                .into_iter()
+                .map(|(h, name)| (h.as_str().to_owned(), name.into()))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"ok": !failed, "error": null, "entries": entries,
+                                   "defaults": defaults})
+            );
         }
     }
-    let defaults: Vec<String> = Hook::ALL
-        .iter()
-        .map(|&h| format!("{h} → {}", registry.status(h, None).name))
-        .collect();
-    println!("defaults: {}", defaults.join(", "));
     Ok(if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// What `plugin check-registry` reads from its file.
+struct RegistryFile {
+    /// The `plugins.yaml` document.
+    doc: String,
+    /// The `binaryData` of the ConfigMaps in the file.
+    binaries: Binaries,
+    /// The size of each ConfigMap in the file, by name, as the API server counts it against
+    /// [`CONFIGMAP_MAX_BYTES`]: the bytes of its `data` and `binaryData` values (decoded).
+    configmap_bytes: std::collections::BTreeMap<String, usize>,
 }
 
 /// The `plugins.yaml` of `file` and the `binaryData` of the ConfigMaps in it, keyed by
@@ -548,13 +802,14 @@ async fn plugin_check_registry(
 /// # Errors
 /// The file cannot be read, a ConfigMap in it does not parse, or none is `wasmop-plugins`
 /// while some are.
-fn read_registry_file(file: &Path) -> anyhow::Result<(String, Binaries)> {
+fn read_registry_file(file: &Path) -> anyhow::Result<RegistryFile> {
     use k8s_openapi::api::core::v1::ConfigMap;
     use serde::Deserialize;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let mut doc = None;
     let mut binaries = std::collections::BTreeMap::new();
+    let mut configmap_bytes = std::collections::BTreeMap::new();
     let mut configmaps = 0;
     for part in serde_yaml::Deserializer::from_str(&text) {
         let value = serde_yaml::Value::deserialize(part)
@@ -566,6 +821,18 @@ fn read_registry_file(file: &Path) -> anyhow::Result<(String, Binaries)> {
         let cm: ConfigMap = serde_yaml::from_value(value)
             .with_context(|| format!("a ConfigMap in {} does not parse", file.display()))?;
         let name = cm.metadata.name.clone().unwrap_or_default();
+        let size = cm
+            .data
+            .iter()
+            .flatten()
+            .map(|(_, v)| v.len())
+            .sum::<usize>()
+            + cm.binary_data
+                .iter()
+                .flatten()
+                .map(|(_, v)| v.0.len())
+                .sum::<usize>();
+        configmap_bytes.insert(name.clone(), size);
         if name == CONFIGMAP_NAME {
             doc = cm.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned();
             if doc.is_none() {
@@ -579,9 +846,14 @@ fn read_registry_file(file: &Path) -> anyhow::Result<(String, Binaries)> {
             binaries.insert((name.clone(), key), bytes.0);
         }
     }
+    let found = |doc| RegistryFile {
+        doc,
+        binaries,
+        configmap_bytes,
+    };
     match doc {
-        Some(doc) => Ok((doc, binaries)),
-        None if configmaps == 0 => Ok((text, binaries)),
+        Some(doc) => Ok(found(doc)),
+        None if configmaps == 0 => Ok(found(text)),
         None => anyhow::bail!(
             "{} holds ConfigMaps but not {CONFIGMAP_NAME}, whose data key {CONFIGMAP_KEY} is the registry",
             file.display()
@@ -662,13 +934,41 @@ pub(crate) async fn load_for_cli(
     Ok(runtime.load(&spec, &bytes).await?)
 }
 
+/// `plugin run`: the answer of one call as JSON on stdout, in the WIT JSON form; with
+/// `repeat` > 1 the call is made `repeat` times and the timings and peak memory go to stderr.
+///
+/// # Errors
+/// The input cannot be read or is not a request of `hook`, the plugin does not load, or a call
+/// fails.
 async fn plugin_run(
     hook: Hook,
     plugin: &str,
     input: &Path,
     settings: &str,
+    repeat: u32,
     entry: &EntryOptions,
 ) -> anyhow::Result<()> {
+    use crate::conformance::{HostRequest, call};
+    let stdin = input == Path::new("-");
+    let shown = if stdin {
+        "stdin".to_owned()
+    } else {
+        input.display().to_string()
+    };
+    let text = if stdin {
+        std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+    } else {
+        std::fs::read_to_string(input).with_context(|| format!("cannot read {shown}"))?
+    };
+    let request: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{shown}: not JSON: {e}"))?;
+    let request = HostRequest::parse(hook, &request).map_err(|e| {
+        anyhow::anyhow!(
+            "{shown}: not a {hook} request (a {} with its WIT field names; `wasmop plugin \
+             scaffold request --hook {hook}` prints one): {e}",
+            crate::wit_json::request_type_name(hook)
+        )
+    })?;
     let runtime = entry.runtime()?;
     let plugin = load_for_cli(
         &runtime,
@@ -679,78 +979,49 @@ async fn plugin_run(
         entry.grants()?,
     )
     .await?;
-    let text = std::fs::read_to_string(input)
-        .with_context(|| format!("cannot read {}", input.display()))?;
-    let parse_err =
-        |e: serde_json::Error| anyhow::anyhow!("{}: not a {hook} request: {e}", input.display());
-    let mut request: serde_json::Value = serde_json::from_str(&text).map_err(parse_err)?;
-    inline_json_fields(&mut request, hook);
-    let out = match hook {
-        Hook::Routing => serde_json::to_value(
-            plugin
-                .route(serde_json::from_value(request).map_err(parse_err)?)
-                .await
-                .map_err(run_error)?,
-        )?,
-        Hook::Scaling => serde_json::to_value(
-            plugin
-                .vote(serde_json::from_value(request).map_err(parse_err)?)
-                .await
-                .map_err(run_error)?,
-        )?,
-        Hook::Restart => {
-            let req: wasmop_plugin_host::RestartRequest =
-                serde_json::from_value(request).map_err(parse_err)?;
-            let pods = serde_json::from_str::<Vec<serde_json::Value>>(&req.pods)
-                .context("`pods` must be a JSON array")?
-                .len();
-            serde_json::to_value(plugin.evaluate(req, pods).await.map_err(run_error)?)?
-        }
-        Hook::Dr => serde_json::to_value(
-            plugin
-                .check(serde_json::from_value(request).map_err(parse_err)?)
-                .await
-                .map_err(run_error)?,
-        )?,
-    };
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&expand_json_fields(out))?
-    );
+    let mut times = Vec::with_capacity(repeat as usize);
+    let mut first = None;
+    for n in 0..repeat {
+        let started = std::time::Instant::now();
+        let answer = call(&plugin, &request).await.map_err(|e| {
+            let e = run_error(e);
+            if n == 0 {
+                e
+            } else {
+                e.context(format!("call {} of {repeat}", n + 1))
+            }
+        })?;
+        times.push(started.elapsed());
+        first.get_or_insert(answer);
+    }
+    let answer = first.expect("at least one call").to_wit();
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    if repeat > 1 {
+        eprintln!(
+            "{}",
+            bench_line(&mut times, plugin.memory_peak_bytes(), &entry.limits())
+        );
+    }
     Ok(())
 }
 
-/// An answer's fields that cross as JSON text (a router's `http`, the routes) written out as
-/// the JSON they hold, so that `plugin run` prints them readably; the host has checked that
-/// they parse.
-fn expand_json_fields(mut answer: serde_json::Value) -> serde_json::Value {
-    if let Some(http) = answer.get_mut("http")
-        && let Some(parsed) = http
-            .as_str()
-            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-    {
-        *http = parsed;
-    }
-    answer
-}
-
-/// The request fields of `hook` that cross as JSON text (the WIT's `string` fields holding a
-/// Kubernetes object, a trigger's metadata, a list of pods): an input file may give them as
-/// JSON objects or arrays, which are written out as text here, or as strings.
-fn inline_json_fields(request: &mut serde_json::Value, hook: Hook) {
-    let fields: &[&str] = match hook {
-        Hook::Routing => &["virtual_service"],
-        Hook::Scaling => &["metadata"],
-        Hook::Restart => &["desired", "applied", "pods"],
-        Hook::Dr => &[],
-    };
-    for field in fields {
-        if let Some(v) = request.get_mut(*field)
-            && (v.is_object() || v.is_array())
-        {
-            *v = serde_json::Value::String(v.to_string());
-        }
-    }
+/// The line `plugin run --repeat` prints: calls, p50, p99 and slowest call time (nearest
+/// rank), and the peak linear memory against `limits.memoryMiB`. `times` must not be empty.
+fn bench_line(times: &mut [std::time::Duration], peak: usize, limits: &Limits) -> String {
+    times.sort_unstable();
+    let at = |p: usize| times[(times.len() * p).div_ceil(100).max(1) - 1];
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    format!(
+        "{} calls: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (limits.timeoutMs {} ms); peak \
+         linear memory {:.2} MiB (limits.memoryMiB {} MiB)",
+        times.len(),
+        ms(at(50)),
+        ms(at(99)),
+        ms(times[times.len() - 1]),
+        limits.timeout_ms,
+        peak as f64 / f64::from(1u32 << 20),
+        limits.memory_mib,
+    )
 }
 
 /// A failed call of `plugin run`, with the flag that grants a denied host.

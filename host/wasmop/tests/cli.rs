@@ -254,8 +254,8 @@ fn run_prints_the_decision_as_json() {
     let input = dir.join("tick.json");
     std::fs::write(
         &input,
-        r#"{"identity":"me","now":100000,"lease":{"owner":"other","updated_time":0,"notes":""},
-            "wait_time_seconds":1,"failure_threshold":3,"started_at":0,"warmup_seconds":0}"#,
+        r#"{"identity":"me","now":100000,"lease":{"owner":"other","updated-time":0,"notes":""},
+            "wait-time-seconds":1,"failure-threshold":3,"started-at":0,"warmup-seconds":0}"#,
     )
     .unwrap();
     let out = wasmop(&[
@@ -270,8 +270,8 @@ fn run_prints_the_decision_as_json() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["action"], "Takeover", "{v}");
-    assert_eq!(v["state"], "Active", "{v}");
+    assert_eq!(v["action"], "takeover", "{v}");
+    assert_eq!(v["state"], "active", "{v}");
 
     let missing = wasmop(&[
         "plugin",
@@ -291,8 +291,6 @@ fn run_prints_the_decision_as_json() {
     );
 }
 
-/// Asserts that the command's output (stdout and stderr) contains `needle`.
-#[track_caller]
 /// `wasmop run --max-concurrent-calls` (env `WASMOP_MAX_CONCURRENT_CALLS`) takes 1 to 256 and
 /// says so before anything else.
 #[test]
@@ -316,6 +314,8 @@ fn run_takes_the_call_concurrency_as_a_flag_or_env_within_its_range() {
     assert_says(&o, "in 1..=256");
 }
 
+/// Asserts that the command's output (stdout and stderr) contains `needle`.
+#[track_caller]
 fn assert_says(o: &Output, needle: &str) {
     assert!(text(o).contains(needle), "{}", text(o));
 }
@@ -342,7 +342,7 @@ fn run(hook: &str, plugin: &str, request: &serde_json::Value, args: &[&str]) -> 
     wasmop(&all)
 }
 
-/// Fields that cross as JSON text (here a routing request's `virtual_service`) may be given
+/// Fields that cross as JSON text (here a routing request's `virtual-service`) may be given
 /// in the input file as JSON objects: the answer is the same as with the text.
 #[test]
 fn run_takes_json_fields_as_objects_or_as_text() {
@@ -355,12 +355,12 @@ fn run_takes_json_fields_as_objects_or_as_text() {
     });
     let request = |virtual_service: serde_json::Value| {
         serde_json::json!({
-            "dynamic_env": "shop/feature-42", "unique_name": "reviews-feature-42",
+            "dynamic-env": "shop/feature-42", "unique-name": "reviews-feature-42",
             "subset": "reviews-feature-42", "host": "reviews", "namespace": "shop",
-            "default_version": "shared", "route_prefix": "de-shop-feature-42-",
-            "matches": [{"headers": [{"name": "end-user", "value": {"Exact": "jason"}}],
-                         "source_labels": []}],
-            "virtual_service": virtual_service,
+            "default-version": "shared", "route-prefix": "de-shop-feature-42-",
+            "matches": [{"headers": [{"name": "end-user", "value": {"exact": "jason"}}],
+                         "source-labels": []}],
+            "virtual-service": virtual_service,
         })
     };
     let plugin = "builtin://routing-istio";
@@ -398,9 +398,9 @@ fn run_shows_the_plugins_stderr_in_the_debug_log() {
 /// A request for the hostile fixture: `behaviour` with its argument.
 fn hostile(behaviour: &str, argument: &str) -> serde_json::Value {
     serde_json::json!({
-        "dynamic_env": "ns/de", "unique_name": "u", "subset": behaviour, "host": argument,
-        "namespace": "ns", "default_version": "v1", "matches": [], "route_prefix": "p-",
-        "virtual_service": "{}",
+        "dynamic-env": "ns/de", "unique-name": "u", "subset": behaviour, "host": argument,
+        "namespace": "ns", "default-version": "v1", "matches": [], "route-prefix": "p-",
+        "virtual-service": "{}",
     })
 }
 
@@ -481,14 +481,14 @@ fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
     use wasmop_tests::prometheus::QueryStub;
     let vote = |server: &str| {
         serde_json::json!({
-            "elastic_service": "ns/es",
-            "trigger_type": "prometheus",
+            "elastic-service": "ns/es",
+            "trigger-type": "prometheus",
             "metadata": serde_json::json!({
                 "query": "sum(rate(http_requests_total[1m]))",
                 "serverAddress": server,
                 "threshold": "0.5",
             }).to_string(),
-            "cooldown_seconds": 60,
+            "cooldown-seconds": 60,
             "now": 0,
         })
     };
@@ -521,7 +521,7 @@ fn run_reaches_granted_hosts_and_says_which_flag_grants_a_denied_one() {
     let granted = run("scaling", plugin, &request, &["--allow-host", addr]);
     assert!(granted.status.success(), "{}", text(&granted));
     let v: serde_json::Value = serde_json::from_slice(&granted.stdout).unwrap();
-    assert_eq!(v["vote"], "Down", "{v}");
+    assert_eq!(v["vote"], "down", "{v}");
     assert_eq!(v["value"], 0.2, "{v}");
     assert_eq!(prometheus.served(), 2);
 
@@ -681,4 +681,565 @@ fn log_lines_are_json_objects_with_log_format_json() {
         "{}",
         text(&bad)
     );
+}
+
+/// `wasmop` with `stdin` as its standard input.
+fn wasmop_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmop"))
+        .args(args)
+        .env(
+            "WASMOP_CACHE_DIR",
+            std::env::temp_dir().join(format!("wasmop-cli-test-{}", std::process::id())),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A directory of its own under the temp dir, empty.
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmop-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `plugin scaffold request` prints, for each hook, a request that `plugin run --input -`
+/// takes from stdin and a default plugin answers, in the WIT names.
+#[test]
+fn scaffold_request_prints_what_run_takes_on_stdin() {
+    for (hook, plugin, key) in [
+        ("routing", "builtin://routing-istio", "http"),
+        ("restart", "builtin://restart-sidecar", ""),
+        ("dr", "builtin://dr-lease", "action"),
+    ] {
+        let scaffold = wasmop(&["plugin", "scaffold", "request", "--hook", hook]);
+        assert!(scaffold.status.success(), "{}", text(&scaffold));
+        let request = String::from_utf8(scaffold.stdout).unwrap();
+        assert!(
+            !request.contains('_'),
+            "WIT names, no Rust field names: {request}"
+        );
+        let out = wasmop_stdin(
+            &[
+                "plugin", "run", "--hook", hook, "--plugin", plugin, "--input", "-",
+            ],
+            &request,
+        );
+        assert!(out.status.success(), "{hook}: {}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if key.is_empty() {
+            assert_eq!(v[0]["restart"], true, "the outdated proxy restarts: {v}");
+            assert_eq!(v[1]["restart"], false, "the current one stays: {v}");
+        } else {
+            assert!(!v[key].is_null(), "{hook}: {v}");
+        }
+    }
+    let dr = wasmop(&["plugin", "scaffold", "request", "--hook", "dr"]);
+    let out = wasmop_stdin(
+        &[
+            "plugin",
+            "run",
+            "--hook",
+            "dr",
+            "--plugin",
+            "builtin://dr-lease",
+            "--input",
+            "-",
+        ],
+        &String::from_utf8_lossy(&dr.stdout),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["action"].as_str()),
+        (Some("active"), Some("create")),
+        "enum cases printed as WIT writes them: {v}"
+    );
+}
+
+/// The Rust shapes of the host's types (`wait_time_seconds`, `{"Exact": …}`) are refused, with
+/// the path of the value and the WIT name to use.
+#[test]
+fn run_refuses_rust_shaped_input_naming_the_wit_name() {
+    let run_dr = |input: &str| {
+        wasmop_stdin(
+            &[
+                "plugin",
+                "run",
+                "--hook",
+                "dr",
+                "--plugin",
+                "builtin://dr-lease",
+                "--input",
+                "-",
+            ],
+            input,
+        )
+    };
+    let old = run_dr(
+        r#"{"identity":"me","now":1,"lease":null,"wait_time_seconds":1,"failure_threshold":3,
+            "started_at":0,"warmup_seconds":0}"#,
+    );
+    assert_eq!(old.status.code(), Some(1), "{}", text(&old));
+    assert_says(
+        &old,
+        "stdin: not a dr request (a state-request with its WIT field names; `wasmop plugin \
+         scaffold request --hook dr` prints one): request: unknown field `failure_threshold`; \
+         fields have their WIT names: `failure-threshold`",
+    );
+    let missing = run_dr(r#"{"identity":"me"}"#);
+    assert_says(&missing, "request.now: missing");
+    let garbled = run_dr("{");
+    assert_says(&garbled, "stdin: not JSON");
+
+    let mut route = hostile("ok", "");
+    route["matches"] = serde_json::json!([{"headers": [{"name": "h", "value": {"Exact": "j"}}],
+                                           "source-labels": []}]);
+    let out = run(
+        "routing",
+        &component("wasmop_hostile_fixture.wasm"),
+        &route,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(
+        &out,
+        "request.matches[0].headers[0].value: `Exact` is not a case; expected one of exact, \
+         prefix, regex",
+    );
+}
+
+/// `plugin run --repeat N` makes N calls and prints p50, p99 and the peak linear memory under
+/// the limits on stderr, the answer on stdout.
+#[test]
+fn run_repeat_prints_call_times_and_peak_memory() {
+    let scaffold = wasmop(&["plugin", "scaffold", "request", "--hook", "routing"]);
+    let out = wasmop_stdin(
+        &[
+            "plugin",
+            "run",
+            "--hook",
+            "routing",
+            "--plugin",
+            "builtin://routing-istio",
+            "--input",
+            "-",
+            "--repeat",
+            "20",
+        ],
+        &String::from_utf8_lossy(&scaffold.stdout),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["http"].is_array(), "{v}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().last().unwrap_or_default();
+    assert!(
+        line.starts_with("20 calls: p50 ")
+            && line.contains(" ms, p99 ")
+            && line.contains("(limits.timeoutMs 250 ms); peak linear memory ")
+            && line.ends_with(" MiB (limits.memoryMiB 64 MiB)"),
+        "{stderr}"
+    );
+    let peak: f64 = line
+        .split("peak linear memory ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a peak in MiB: {line}"));
+    assert!(peak > 0.0 && peak < 64.0, "{line}");
+
+    // Under a smaller memory limit the peak is reported against it; a call that fails says
+    // which one.
+    let oom = run(
+        "routing",
+        &component("wasmop_hostile_fixture.wasm"),
+        &hostile("oom", ""),
+        &["--repeat", "3", "--memory-mib", "8"],
+    );
+    assert_eq!(oom.status.code(), Some(1), "{}", text(&oom));
+    assert_says(&oom, "exceeded 8 MiB (limits.memoryMiB)");
+    let zero = run(
+        "dr",
+        "builtin://dr-lease",
+        &serde_json::json!({}),
+        &["--repeat", "0"],
+    );
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero));
+}
+
+/// `plugin test` passes a conforming default plugin, one line per property, and fails a broken
+/// one naming the property it breaks.
+#[test]
+fn test_names_each_property_and_fails_a_broken_plugin_on_it() {
+    let ok = wasmop(&[
+        "plugin",
+        "test",
+        "builtin://routing-istio",
+        "--hook",
+        "routing",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    let properties: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok: "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(
+        properties,
+        [
+            "loads",
+            "answers-within-limits",
+            "well-formed-output",
+            "route-checks",
+            "deterministic",
+            "rejects-malformed-settings"
+        ],
+        "{stdout}"
+    );
+    assert_says(
+        &ok,
+        "passed: builtin://routing-istio has the 6 properties of a routing plugin",
+    );
+
+    let fixture = component("wasmop_hostile_fixture.wasm");
+    let test = |settings: &str, flags: &[&str]| {
+        let mut args = vec!["plugin", "test", &fixture, "--hook", "routing"];
+        args.extend(["--settings", settings]);
+        args.extend(flags);
+        wasmop(&args)
+    };
+    // A router whose own route has no `match`: the host's route checks refuse it.
+    let catch_all = test(r#"{"answer":"catch-all"}"#, &[]);
+    assert_eq!(catch_all.status.code(), Some(1), "{}", text(&catch_all));
+    assert_says(
+        &catch_all,
+        "FAIL: route-checks: built-in request one-header-match: route \"de-feature-x-1a2b3c-0\" \
+         (spec.http[0]) has no match: it would catch every request",
+    );
+    assert_says(&catch_all, "ok: answers-within-limits:");
+    // One that sends its route to another service.
+    let elsewhere = test(r#"{"answer":"other-service"}"#, &[]);
+    assert_says(&elsewhere, "FAIL: route-checks: built-in request");
+    assert_says(&elsewhere, "not to reviews.shop");
+    // One that never answers.
+    let spins = test(r#"{"behaviour":"loop"}"#, &["--timeout-ms", "50"]);
+    assert_eq!(spins.status.code(), Some(1), "{}", text(&spins));
+    assert_says(
+        &spins,
+        "FAIL: answers-within-limits: built-in request one-header-match: timed out after 50 ms \
+         (limits.timeoutMs)",
+    );
+    // It takes every settings string, even one that is not JSON.
+    assert_says(
+        &spins,
+        "FAIL: rejects-malformed-settings: accepted settings {\"unterminated (not JSON)",
+    );
+    assert_says(&spins, "FAILED: 3 of 6 properties of a routing plugin");
+
+    // A DR plugin that takes over every lease it sees: the host would refuse the writes.
+    let thief = wasmop(&[
+        "plugin",
+        "test",
+        &component("wasmop_hostile_dr.wasm"),
+        "--hook",
+        "dr",
+    ]);
+    assert_eq!(thief.status.code(), Some(1), "{}", text(&thief));
+    assert_says(
+        &thief,
+        "FAIL: lease-rules: built-in request own-lease: asks to take over a lease renewed 15000 \
+         ms ago, less than wait-time-seconds × failure-threshold (45000 ms); the host would \
+         refuse the write",
+    );
+    let lease = wasmop(&["plugin", "test", "builtin://dr-lease", "--hook", "dr"]);
+    assert_says(&lease, "ok: lease-rules: 5 decisions");
+
+    // A component of another hook fails `loads` alone.
+    let wrong = wasmop(&["plugin", "test", "builtin://dr-lease", "--hook", "routing"]);
+    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+    assert_says(&wrong, "FAIL: loads: ");
+    assert_says(&wrong, "does not export the router world");
+    assert_says(&wrong, "FAILED: 1 of 1 properties");
+}
+
+/// `plugin test --fixtures DIR` checks the author's own requests against the decisions they
+/// expect, as patterns; a fixture that is not one is a failure of its own.
+#[test]
+fn test_checks_the_authors_fixtures() {
+    let dir = temp_dir("fixtures");
+    let tick = |lease: serde_json::Value, wait: u32| {
+        serde_json::json!({"identity": "eu-1", "now": 1_000_000, "lease": lease,
+                           "wait-time-seconds": wait, "failure-threshold": 3, "started-at": 0,
+                           "warmup-seconds": 0})
+    };
+    let write = |name: &str, v: serde_json::Value| {
+        std::fs::write(dir.join(name), v.to_string()).unwrap();
+    };
+    write(
+        "a-no-lease.json",
+        serde_json::json!({"request": tick(serde_json::Value::Null, 15),
+                           "expect": {"state": "active", "action": "create"}}),
+    );
+    write(
+        "b-zero-wait.json",
+        serde_json::json!({"request": tick(serde_json::Value::Null, 0),
+                           "expect-error": {"message": "must be at least 1"}}),
+    );
+    write(
+        "c-wrong.json",
+        serde_json::json!({"request": tick(serde_json::json!({"owner": "us-1", "updated-time": 999_000, "notes": ""}), 15),
+                           "expect": {"state": "active"}}),
+    );
+    std::fs::write(dir.join("d-garbled.json"), r#"{"request": {}}"#).unwrap();
+    write(
+        "e-no-field.json",
+        serde_json::json!({"request": tick(serde_json::Value::Null, 0),
+                           "expect-error": {"field": "request.wait-time-seconds"}}),
+    );
+    // Settings of its own, which the plugin's validate-settings rejects: that is its outcome.
+    write(
+        "f-settings.json",
+        serde_json::json!({"settings": "[1]", "request": tick(serde_json::Value::Null, 15),
+                           "expect-error": {"message": "settings must be a JSON object"}}),
+    );
+    std::fs::write(dir.join("notes.txt"), "not a fixture").unwrap();
+    let out = wasmop(&[
+        "plugin",
+        "test",
+        "builtin://dr-lease",
+        "--hook",
+        "dr",
+        "--fixtures",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fixtures: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(": fixture "))
+        .collect();
+    assert_eq!(fixtures.len(), 6, "{stdout}");
+    assert_eq!(fixtures[0], "ok: fixture a-no-lease: the expected answer");
+    assert_eq!(
+        fixtures[1],
+        "ok: fixture b-zero-wait: the expected plugin-error"
+    );
+    assert!(
+        fixtures[2].starts_with(
+            "FAIL: fixture c-wrong: expect.state: expected \"active\", got \"passive\"; the \
+             answer was {"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        fixtures[3]
+            == "FAIL: fixture d-garbled: the fixture needs exactly one of `expect` and \
+                       `expect-error`",
+        "{stdout}"
+    );
+    assert_eq!(
+        fixtures[4],
+        "FAIL: fixture e-no-field: expected a plugin-error at request.wait-time-seconds, got \
+         {\"field\":null,\"message\":\"waitTimeInSeconds must be at least 1\"}",
+        "{stdout}"
+    );
+    assert_eq!(
+        fixtures[5],
+        "ok: fixture f-settings: the expected plugin-error"
+    );
+    // 3 fixtures, and dr-lease's own rejects-malformed-settings until it names the field.
+    assert_says(&out, " of 12 properties of a dr plugin");
+
+    let empty = temp_dir("fixtures-empty");
+    let out = wasmop(&[
+        "plugin",
+        "test",
+        "builtin://dr-lease",
+        "--hook",
+        "dr",
+        "--fixtures",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(&out, "no *.json files in it");
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(&empty).ok();
+}
+
+/// `plugin check -o json` and `check-registry -o json` print one JSON object.
+#[test]
+fn check_and_check_registry_print_json() {
+    let ok = wasmop(&["plugin", "check", "builtin://dr-lease", "-o", "json"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["hook"], "dr", "{v}");
+    assert_eq!(v["name"], "dr-lease", "{v}");
+    assert_eq!(v["world"], "state-checker", "{v}");
+    assert_eq!(v["sha256"].as_str().map(str::len), Some(64), "{v}");
+
+    let bad = wasmop(&[
+        "plugin",
+        "check",
+        "builtin://routing-istio",
+        "--settings",
+        r#"{"colour":"red"}"#,
+        "--output",
+        "json",
+    ]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    let v: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["failures"][0]["hook"], "routing", "{v}");
+    assert!(
+        v["failures"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("settings rejected"),
+        "{v}"
+    );
+
+    let dir = temp_dir("registry-json");
+    let file = dir.join("plugins.yaml");
+    std::fs::write(
+        &file,
+        "plugins:\n\
+         - {name: picky, hook: routing, source: 'builtin://routing-istio', settings: {colour: red}}\n\
+         - {name: lease, hook: dr, source: 'builtin://dr-lease'}\n\
+         - {name: remote, hook: dr, source: 'configmap://bins/dr.wasm', sha256: \"0000000000000000000000000000000000000000000000000000000000000000\"}\n\
+         defaults: {dr: lease}\n",
+    )
+    .unwrap();
+    let out = wasmop(&[
+        "plugin",
+        "check-registry",
+        file.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    let statuses: Vec<(&str, &str)> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [("picky", "fail"), ("lease", "ok"), ("remote", "skip")],
+        "{v}"
+    );
+    assert_eq!(v["defaults"]["dr"], "lease", "{v}");
+    assert_eq!(v["defaults"]["routing"], "routing-istio", "{v}");
+
+    std::fs::write(&file, "plugins: [{name: x, hook: nope}]\n").unwrap();
+    let invalid = wasmop(&[
+        "plugin",
+        "check-registry",
+        file.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(invalid.status.code(), Some(1), "{}", text(&invalid));
+    let v: serde_json::Value = serde_json::from_slice(&invalid.stdout).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("the operator would serve the builtin defaults instead"),
+        "{v}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A `configmap://` source whose ConfigMap holds more than the API server's 1 MiB is refused,
+/// with `oci://` as the way out; one just under the limit loads.
+#[test]
+fn check_registry_refuses_a_configmap_over_one_mib() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let dr = std::fs::read(component("dr_lease.wasm")).unwrap();
+    let sha = wasmop_plugin_host::sha256_hex(&dr);
+    let manifest = |padding: usize| {
+        let mut registry = ConfigMap::default();
+        registry.metadata.name = Some("wasmop-plugins".into());
+        registry.data = Some(
+            [(
+                "plugins.yaml".to_owned(),
+                format!(
+                    "plugins: [{{name: big, hook: dr, source: 'configmap://bins/dr.wasm', \
+                     sha256: {sha}}}]\n"
+                ),
+            )]
+            .into(),
+        );
+        let mut bins = ConfigMap::default();
+        bins.metadata.name = Some("bins".into());
+        bins.binary_data = Some(
+            [
+                ("dr.wasm".to_owned(), ByteString(dr.clone())),
+                ("padding".to_owned(), ByteString(vec![0; padding])),
+            ]
+            .into(),
+        );
+        format!(
+            "{}---\n{}",
+            serde_yaml::to_string(&registry).unwrap(),
+            serde_yaml::to_string(&bins).unwrap()
+        )
+    };
+    let dir = temp_dir("registry-size");
+    let file = dir.join("registry.yaml");
+    let limit = 1 << 20;
+    std::fs::write(&file, manifest(limit - dr.len())).unwrap();
+    let fits = wasmop(&["plugin", "check-registry", file.to_str().unwrap()]);
+    assert!(fits.status.success(), "{}", text(&fits));
+    assert_says(&fits, "ok: big (dr)");
+
+    std::fs::write(&file, manifest(limit - dr.len() + 1)).unwrap();
+    let over = wasmop(&["plugin", "check-registry", file.to_str().unwrap()]);
+    assert_eq!(over.status.code(), Some(1), "{}", text(&over));
+    assert_says(
+        &over,
+        "FAIL: big (dr): ConfigMap bins holds 1048577 bytes (1.0 MiB), over the 1 MiB (1048576 \
+         bytes) the API server allows a ConfigMap",
+    );
+    assert_says(
+        &over,
+        "wasmop plugin push FILE oci://REGISTRY/REPOSITORY:TAG",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `wasmop completion SHELL` prints a completion script that knows the subcommands.
+#[test]
+fn completion_prints_a_script_per_shell() {
+    for (shell, marker) in [
+        ("bash", "_wasmop()"),
+        ("zsh", "#compdef wasmop"),
+        ("fish", "complete -c wasmop"),
+    ] {
+        let out = wasmop(&["completion", shell]);
+        assert!(out.status.success(), "{}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(script.contains("check-registry"), "{shell}");
+    }
+    let nope = wasmop(&["completion", "cmd"]);
+    assert_eq!(nope.status.code(), Some(2), "{}", text(&nope));
 }

@@ -31,11 +31,14 @@ const OTHER_TARGETS: [&str; 5] = [
 ];
 
 /// Checks `answer`, the router's new `spec.http` for `request`, against `input`, the routes it
-/// was given, for a VirtualService in namespace `vs_namespace`.
+/// was given (the `spec.http` of the request's VirtualService), for a VirtualService in
+/// namespace `vs_namespace`. The routing controller checks every answer with it, and so does
+/// `wasmop plugin test`.
 ///
 /// # Errors
-/// The first rule the answer breaks, naming the route.
-pub(crate) fn check(
+/// The first rule the answer breaks, naming the route, as one sentence (e.g. `route
+/// "de-x-canary" (spec.http[0]) has no match: it would catch every request, …`).
+pub fn check(
     request: &RouteRequest,
     vs_namespace: &str,
     input: &[Value],

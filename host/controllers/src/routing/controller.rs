@@ -76,8 +76,9 @@ pub(crate) const READY: &str = "Ready";
 const CONTROLLER: &str = "routing";
 /// Requeue of a ready DynamicEnv (the watches bring every change sooner).
 const RESYNC: Duration = Duration::from_secs(300);
-/// Requeue while something is not ready yet (the watches usually come first).
-const PROCESSING_RETRY: Duration = Duration::from_secs(15);
+/// Requeue while something is not ready yet: a safety net, since the watches of the clones and
+/// the other objects a DynamicEnv depends on bring each change first.
+const PROCESSING_RETRY: Duration = Duration::from_secs(60);
 /// Requeue of a degraded DynamicEnv (or a failing router under `failurePolicy: Fail`).
 const DEGRADED_RETRY: Duration = Duration::from_secs(60);
 /// How long a write of this process overrides the caches that have not seen it.
@@ -895,8 +896,13 @@ impl Routing {
                     // A base rule it uses, or one it made: changed or gone.
                     Some(recorded) => *recorded != fp,
                     // One it made and did not plan (e.g. left over), or a rule for one of its
-                    // hosts that may now be a base.
-                    None => mine || host.as_ref().is_some_and(|h| i.hosts.contains(h)),
+                    // hosts that may now be a base: not one another DynamicEnv made (never a
+                    // base), or 200 DynamicEnvs of one host would each be reconciled for each
+                    // other's rule.
+                    None => {
+                        mine || (owner.is_none()
+                            && host.as_ref().is_some_and(|h| i.hosts.contains(h)))
+                    }
                 },
             }
         })
@@ -1300,6 +1306,57 @@ mod tests {
             ctx.clone(),
             Routing::new(ctx, PlanConfig::default(), caches),
         )
+    }
+
+    #[tokio::test]
+    async fn a_rule_another_dynamic_env_made_reconciles_only_its_owner() {
+        let (dynamic_envs, mut writer) = reflector::store::<DynamicEnv>();
+        let (_, routing) = unreachable();
+        let routing = Routing::new(
+            routing.ctx.clone(),
+            PlanConfig::default(),
+            Caches {
+                dynamic_envs,
+                ..routing.caches
+            },
+        );
+        for name in ["a", "b"] {
+            let de: DynamicEnv = serde_json::from_value(json!({
+                "apiVersion": "wasmop.dev/v1alpha1", "kind": "DynamicEnv",
+                "metadata": {"name": name, "namespace": "bookinfo"},
+                "spec": {"istioMatches": [], "subsets": [{"name": "reviews", "namespace": "bookinfo"}]}
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::Apply(de));
+            routing.interest.write().unwrap().insert(
+                format!("bookinfo/{name}"),
+                Interest {
+                    hosts: [("bookinfo".to_owned(), "reviews".to_owned())].into(),
+                    ..Interest::default()
+                },
+            );
+        }
+        let rule = |owner: Option<&str>| -> DestinationRule {
+            serde_json::from_value(json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+                "metadata": {"name": "r", "namespace": "bookinfo",
+                             "annotations": owner.map(|o| json!({clone::OWNER_ANNOTATION: o}))},
+                "spec": {"host": "reviews"}
+            }))
+            .unwrap()
+        };
+        let names = |refs: Vec<ObjectRef<DynamicEnv>>| {
+            let mut n: Vec<String> = refs.into_iter().map(|r| r.name).collect();
+            n.sort();
+            n
+        };
+        // A rule DynamicEnv a made: only a looks again (b never takes it as a base).
+        assert_eq!(
+            names(routing.map_destination_rule(&rule(Some("bookinfo/a")))),
+            ["a"]
+        );
+        // A new rule of nobody's for their host may be a base: both look.
+        assert_eq!(names(routing.map_destination_rule(&rule(None))), ["a", "b"]);
     }
 
     #[tokio::test]

@@ -11,12 +11,13 @@
 //! - [`plan`](mod@plan): `plan(snapshot, router) -> Plan`, pure apart from the router calls; the
 //!   controller and `wasmop plan` run the same function.
 //! - [`ir`]: the dumpable intermediate representation.
+//! - [`answer`]: what the host checks in a router's answer (also run by `wasmop plugin test`).
 //! - [`names`], [`clone`], [`istio`]: generated names, the clone Deployments, Istio's types;
 //!   [`gohash`]: the status `hash` as upstream computes it.
 //! - [`router`]: the router behind a small trait (wasm component, native library, stand-in).
 //! - [`controller`]: the kube-runtime controller and the thin apply step.
 
-mod answer;
+pub mod answer;
 pub mod clone;
 pub mod controller;
 pub mod error;

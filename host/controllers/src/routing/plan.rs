@@ -47,7 +47,7 @@ use super::clone::{self, CloneSpec, status};
 use super::ir::{self, Ir, RouteCallRecord};
 use super::istio::{self, DestinationRule, VirtualService};
 use super::names;
-use super::router::Router;
+use super::router::{Answers, Router};
 use super::snapshot::Snapshot;
 use wasmop_api::dynamicenv::{
     ConsumerStatus, DynamicEnv, DynamicEnvStatus, ResourceStatus, StatusError, Subset,
@@ -747,6 +747,12 @@ fn vs_json(vs: &VirtualService, http: &[Value]) -> String {
 /// answer whose own routes are the ones already there, only at other places, is not taken,
 /// so that planning again on an unchanged cluster writes nothing.
 /// Returns the final `spec.http` and one outcome per call.
+/// The answers every plan of this process reuses ([`Answers`]).
+fn answers() -> &'static Answers {
+    static ANSWERS: std::sync::OnceLock<Answers> = std::sync::OnceLock::new();
+    ANSWERS.get_or_init(Answers::default)
+}
+
 pub(crate) async fn run_chain(
     router: &dyn Router,
     vs: &VirtualService,
@@ -756,25 +762,38 @@ pub(crate) async fn run_chain(
     http.retain(|r| !istio::route_name(r).is_some_and(|n| chain.strip.drops(n)));
     let (ns, name) = ns_name(&vs.metadata);
     let mut outcomes = Vec::with_capacity(chain.calls.len());
+    let identity = router.identity();
     for call in &chain.calls {
         let prefix = call.request.route_prefix.as_str();
         let mut request = call.request.clone();
         request.virtual_service = vs_json(vs, &http);
-        let answer = match router.route(request).await {
-            Ok(out) => match answer::check(&call.request, ns, &http, &out) {
-                Ok(()) => Ok(out),
-                // Invalid output fails the call whatever the entry's failurePolicy says: a
-                // router that answers routes it may not write is broken, not unavailable.
-                Err(e) => Err((
-                    format!(
-                        "plugin {:?} gave invalid output for VirtualService {ns}/{name}: {e}; \
+        let key = identity.as_deref().map(|id| Answers::key(id, &request));
+        let kept = key.and_then(|k| answers().get(k, &http));
+        let answer = match kept {
+            Some(out) => Ok(out),
+            None => match router.route(request).await {
+                Ok(out) => match answer::check(&call.request, ns, &http, &out) {
+                    Ok(()) => {
+                        if let Some(k) = key {
+                            answers().put(k, &out, |r| {
+                                istio::route_name(r).is_some_and(|n| n.starts_with(prefix))
+                            });
+                        }
+                        Ok(out)
+                    }
+                    // Invalid output fails the call whatever the entry's failurePolicy says: a
+                    // router that answers routes it may not write is broken, not unavailable.
+                    Err(e) => Err((
+                        format!(
+                            "plugin {:?} gave invalid output for VirtualService {ns}/{name}: {e}; \
                          the VirtualService is left as it was",
-                        router.name()
-                    ),
-                    FailurePolicy::Fail,
-                )),
+                            router.name()
+                        ),
+                        FailurePolicy::Fail,
+                    )),
+                },
+                Err(e) => Err((e, router.failure_policy())),
             },
-            Err(e) => Err((e, router.failure_policy())),
         };
         outcomes.push(match answer {
             Ok(out) => {

@@ -23,6 +23,95 @@ pub trait Router: Send + Sync {
     /// # Errors
     /// A message naming the plugin and the cause (trap, timeout, plugin error, invalid output).
     async fn route(&self, request: RouteRequest) -> Result<Vec<Value>, String>;
+
+    /// What makes this router's answers reusable: routers with the same identity give the same
+    /// answer to the same request (a component's sha256 and its settings), so the plan keeps
+    /// an answer and does not call again for a request it has seen ([`Answers`]). `None` (the
+    /// default): every request is a call.
+    fn identity(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Router answers by request, so that a reconcile whose calls get the same input again (the
+/// clone's status changed, a retry, a resync) does not run the plugin again: with a
+/// VirtualService of a thousand routes a call costs tens of milliseconds, and a DynamicEnv is
+/// reconciled many times while its clone starts.
+///
+/// An answer is kept as the routes named with the request's route prefix, each with the number
+/// of the input's routes before it: the host's checks guarantee that every other route of an
+/// accepted answer is the input's, in order, so the answer is the input with these spliced in.
+/// At most [`Answers::CAPACITY`] answers are kept; when full, all are dropped.
+#[derive(Default)]
+pub struct Answers {
+    kept: std::sync::Mutex<std::collections::HashMap<u64, Arc<OwnedRoutes>>>,
+}
+
+/// The routes an answer added, each with the number of input routes before it.
+type OwnedRoutes = Vec<(usize, Value)>;
+
+impl Answers {
+    /// How many answers are kept at most.
+    pub const CAPACITY: usize = 4096;
+
+    /// The key of `request` to a router of identity `identity`.
+    pub fn key(identity: &str, request: &RouteRequest) -> u64 {
+        use std::hash::Hasher;
+        struct Sink(std::collections::hash_map::DefaultHasher);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.write(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = Sink(std::collections::hash_map::DefaultHasher::new());
+        sink.0.write(identity.as_bytes());
+        sink.0.write_u8(0xff);
+        serde_json::to_writer(&mut sink, request).expect("a request serializes");
+        sink.0.finish()
+    }
+
+    /// The answer kept under `key`, rebuilt on `input` (the routes the request was made with),
+    /// if any.
+    pub fn get(&self, key: u64, input: &[Value]) -> Option<Vec<Value>> {
+        let owned = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()?;
+        let mut out = Vec::with_capacity(input.len() + owned.len());
+        let mut next = owned.iter().peekable();
+        for (i, route) in input.iter().enumerate() {
+            while let Some((_, r)) = next.next_if(|(before, _)| *before == i) {
+                out.push(r.clone());
+            }
+            out.push(route.clone());
+        }
+        out.extend(next.map(|(_, r)| r.clone()));
+        Some(out)
+    }
+
+    /// Keeps `answer`, an accepted answer whose own routes are those `owned` says.
+    pub fn put(&self, key: u64, answer: &[Value], owned: impl Fn(&Value) -> bool) {
+        let mut kept = Vec::new();
+        let mut others = 0;
+        for route in answer {
+            if owned(route) {
+                kept.push((others, route.clone()));
+            } else {
+                others += 1;
+            }
+        }
+        let mut map = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= Self::CAPACITY {
+            map.clear();
+        }
+        map.insert(key, Arc::new(kept));
+    }
 }
 
 /// A loaded `router` plugin: every call goes through the sandbox.
@@ -36,6 +125,15 @@ impl Router for WasmRouter {
 
     fn failure_policy(&self) -> FailurePolicy {
         self.0.spec().failure_policy
+    }
+
+    fn identity(&self) -> Option<String> {
+        let settings = self.0.spec().settings.as_ref().map(Value::to_string);
+        Some(format!(
+            "{}\0{}",
+            self.0.digest(),
+            settings.unwrap_or_default()
+        ))
     }
 
     async fn route(&self, request: RouteRequest) -> Result<Vec<Value>, String> {
@@ -69,5 +167,52 @@ impl Router for Unavailable {
 
     async fn route(&self, _request: RouteRequest) -> Result<Vec<Value>, String> {
         Err(self.reason.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_kept_answer_is_the_input_with_the_owned_routes_spliced_back() {
+        let input = vec![
+            json!({"name": "a"}),
+            json!({"name": "b"}),
+            json!({"name": "c"}),
+        ];
+        let answer = vec![
+            json!({"name": "p-0"}),
+            json!({"name": "a"}),
+            json!({"name": "b"}),
+            json!({"name": "p-1"}),
+            json!({"name": "p-2"}),
+            json!({"name": "c"}),
+            json!({"name": "p-3"}),
+        ];
+        let answers = Answers::default();
+        let request = RouteRequest {
+            dynamic_env: "ns/de".into(),
+            unique_name: "u".into(),
+            subset: "s".into(),
+            host: "h".into(),
+            namespace: "ns".into(),
+            default_version: "shared".into(),
+            matches: vec![],
+            route_prefix: "p-".into(),
+            virtual_service: "{}".into(),
+        };
+        let key = Answers::key("digest", &request);
+        assert_eq!(answers.get(key, &input), None);
+        answers.put(key, &answer, |r| {
+            r["name"].as_str().unwrap().starts_with("p-")
+        });
+        assert_eq!(answers.get(key, &input), Some(answer));
+        // Another identity or another request is another key.
+        assert_ne!(Answers::key("other", &request), key);
+        let mut moved = request.clone();
+        moved.virtual_service = "{\"spec\":{}}".into();
+        assert_ne!(Answers::key("digest", &moved), key);
     }
 }
