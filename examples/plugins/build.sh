@@ -10,13 +10,15 @@
 #   OUT_DIR defaults to ${CARGO_TARGET_DIR:-target}/example-plugins; NAMEs (e.g. `c-business-hours-dr`)
 #   limit the build to those examples.
 #
-# Cached: a plugin is rebuilt only when its sources, wit/, this script or the toolchain versions
-# change (a stamp of their sha256 beside each component). Toolchains come from
-# scripts/setup.d/50-plugin-toolchains.sh; a missing one is an error that says so. Each build's
+# Cached: a plugin is rebuilt only when its sources, the WIT (plugins/sdk/wit/), this script or
+# the toolchain versions change (a stamp of their sha256 beside each component). Toolchains come
+# from scripts/setup.d/50-plugin-toolchains.sh; a missing one is an error that says so. Each build's
 # wall time goes to OUT_DIR/build-times.txt. Concurrent runs on one OUT_DIR take turns.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# The contract, inside the Rust SDK crate (one copy for every language).
+wit=$root/plugins/sdk/wit
 # shellcheck source=toolchains.sh
 . "$here/toolchains.sh"
 
@@ -35,13 +37,14 @@ need() {
   [ -x "$1" ] || { say "$2 is missing ($1): run scripts/setup.sh"; exit 1; }
 }
 
-# stamp NAME FILES...: the sha256 over the named sources, wit/, this script and the toolchains.
+# stamp NAME FILES...: the sha256 over the named sources, plugins/sdk/wit/, this script and the
+# toolchains.
 stamp() {
   local name=$1
   shift
   {
     printf '%s\n' "$WASM_TOOLS_VERSION $WIT_BINDGEN_VERSION $ADAPTER_VERSION $COMPONENTIZE_PY_VERSION $JCO $(go env GOVERSION 2>/dev/null) $(rustc --version)"
-    (cd "$root" && find "$@" wit examples/plugins/build.sh examples/plugins/toolchains.sh -type f \
+    (cd "$root" && find "$@" plugins/sdk/wit examples/plugins/build.sh examples/plugins/toolchains.sh -type f \
       -not -path '*/node_modules/*' -not -name '*.pyc' | LC_ALL=C sort | xargs sha256sum)
   } | sha256sum | cut -d' ' -f1
 }
@@ -78,14 +81,16 @@ build_python_schedule_scaler() {
   need "$COMPONENTIZE_PY" componentize-py
   local src="$work/python-src"
   rm -rf "$src" && mkdir -p "$src" && cp "$here/python-schedule-scaler/app.py" "$src/"
-  (cd "$src" && PYTHONDONTWRITEBYTECODE=1 "$COMPONENTIZE_PY" -d "$root/wit" -w scaler componentize app -o "$1" >/dev/null)
+  (cd "$src" && PYTHONDONTWRITEBYTECODE=1 "$COMPONENTIZE_PY" -d "$wit" -w scaler componentize \
+    -p . -p "$root/plugins/sdk-python" app -o "$1" >/dev/null)
 }
 
 build_js_annotation_restart() {
-  need "$JCO" jco
-  # jco gives its bundled wasm-tools the working directory only, so paths are relative to the root.
-  (cd "$root" && "$JCO" componentize examples/plugins/js-annotation-restart/plugin.js --wit wit \
-    --world-name restart-predicate -d http fetch-event -o "$1" >/dev/null)
+  need "$COMPONENTIZE_JS" componentize-js
+  # componentize-js sees the working directory only (as `/`), so paths are relative to the root;
+  # the plugin imports the SDK's helper module by its relative path.
+  (cd "$root" && "$COMPONENTIZE_JS" examples/plugins/js-annotation-restart/plugin.js \
+    --wit plugins/sdk/wit --world-name restart-predicate -d http fetch-event -o "$1" >/dev/null)
 }
 
 build_c_business_hours_dr() {
@@ -95,7 +100,7 @@ build_c_business_hours_dr() {
   command -v clang >/dev/null || { say "clang is missing: run scripts/setup.sh"; exit 1; }
   local gen="$work/c"
   rm -rf "$gen" && mkdir -p "$gen"
-  "$WIT_BINDGEN" c "$root/wit" --world state-checker --out-dir "$gen" 2>&1 | { grep -v '^Generating' >&2 || true; }
+  "$WIT_BINDGEN" c "$wit" --world state-checker --out-dir "$gen" 2>&1 | { grep -v '^Generating' >&2 || true; }
   clang --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Wextra -Werror \
     -I"$gen" -o "$gen/core.wasm" "$here/c-business-hours-dr/plugin.c" "$gen/state_checker.c" \
     "$gen/state_checker_component_type.o"
@@ -109,19 +114,20 @@ build_go_max_age_restart() {
   rm -rf "$gen" && mkdir -p "$gen/wit/deps/wasmop-plugin"
   (cd "$here/go-max-age-restart" && GOOS=wasip1 GOARCH=wasm GOFLAGS=-mod=mod \
     go build -buildmode=c-shared -trimpath -o "$gen/core.wasm" .)
-  # The adapter's world imports wasmop:plugin/log, so it resolves against wit/ as a dependency.
-  cp -r "$here/go-max-age-restart/adapter/wit/." "$gen/wit/"
-  cp "$root/wit/plugin.wit" "$gen/wit/deps/wasmop-plugin/"
-  "$WASM_TOOLS" component embed "$gen/wit" --world adapter "$here/go-max-age-restart/adapter/adapter.wat" \
+  # The adapter's world imports wasmop:plugin/log, so it resolves against the WIT as a dependency.
+  cp -r "$root/plugins/sdk-go/adapter/wit/." "$gen/wit/"
+  cp "$wit/plugin.wit" "$gen/wit/deps/wasmop-plugin/"
+  "$WASM_TOOLS" component embed "$gen/wit" --world adapter "$root/plugins/sdk-go/adapter/adapter.wat" \
     -o "$gen/adapter.wasm"
-  "$WASM_TOOLS" component embed "$root/wit" --world restart-predicate "$gen/core.wasm" -o "$gen/embedded.wasm"
+  "$WASM_TOOLS" component embed "$wit" --world restart-predicate "$gen/core.wasm" -o "$gen/embedded.wasm"
   "$WASM_TOOLS" component new "$gen/embedded.wasm" --adapt "wasi_snapshot_preview1=$gen/adapter.wasm" -o "$1"
 }
 
 only="$*"
 build rust-canary-router canary-router.wasm examples/plugins/rust-canary-router plugins/sdk Cargo.lock
-build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler
-build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart
+build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler \
+  plugins/sdk-python
+build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart plugins/sdk-js
 build c-business-hours-dr business-hours-dr.wasm examples/plugins/c-business-hours-dr
-build go-max-age-restart max-age-restart.wasm examples/plugins/go-max-age-restart
+build go-max-age-restart max-age-restart.wasm examples/plugins/go-max-age-restart plugins/sdk-go
 echo "$out"

@@ -27,6 +27,10 @@ REACTOR_ADAPTER=$PLUGIN_TOOLS/adapter-$ADAPTER_VERSION/wasi_snapshot_preview1.re
 COMPONENTIZE_PY=$PLUGIN_TOOLS/componentize-py-$COMPONENTIZE_PY_VERSION/bin/componentize-py
 JCO_PREFIX=$PLUGIN_TOOLS/jco-$(sha256sum "$JS_TOOLCHAIN_DIR/package-lock.json" | cut -c1-12)
 JCO=$JCO_PREFIX/node_modules/.bin/jco
+# componentize-js's own CLI, installed with jco: unlike `jco componentize`, it loads the source
+# from its file, so relative imports (plugins/sdk-js/wasmop-plugin.js) resolve under the working
+# directory.
+COMPONENTIZE_JS=$JCO_PREFIX/node_modules/.bin/componentize-js
 
 # go_is_recent: whether `go` is on PATH and at least GO_MIN_VERSION.
 go_is_recent() {

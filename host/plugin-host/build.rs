@@ -38,7 +38,6 @@ fn main() {
     for dir in [
         "plugins",
         "tests/fixtures",
-        "wit",
         "Cargo.lock",
         "Cargo.toml",
         ".cargo/config.toml",
@@ -92,7 +91,7 @@ fn main() {
         let file = format!("{}.wasm", p.replace('-', "_"));
         copy(&components.join(&file), &out.join(&file));
     }
-    let memories = hostile_memories::component(&root.join("wit"));
+    let memories = hostile_memories::component(&root.join("plugins/sdk/wit"));
     let file = components.join("wasmop_hostile_memories.wasm");
     std::fs::write(&file, memories).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
 }

@@ -372,17 +372,16 @@ pub fn install_operator_rbac() {
     ]);
 }
 
-/// The repository root: the nearest ancestor (holding `crds/` and `wit/`) of the directory of
-/// the package whose test or benchmark runs (`CARGO_MANIFEST_DIR` as cargo sets it at run
-/// time), else the parent of this crate's directory when it was built. Read
-/// at run time because one target directory may serve several checkouts, and cargo does not
+/// The repository root: the nearest ancestor (holding `crds/` and `plugins/sdk/wit/`) of the
+/// directory of the package whose test or benchmark runs (`CARGO_MANIFEST_DIR` as cargo sets it
+/// at run time), else the parent of this crate's directory when it was built. Read at run time because one target directory may serve several checkouts, and cargo does not
 /// rebuild this crate when only the checkout's path changed.
 pub fn repo_root() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .and_then(|dir| {
             dir.ancestors()
-                .find(|d| d.join("crds").is_dir() && d.join("wit").is_dir())
+                .find(|d| d.join("crds").is_dir() && d.join("plugins/sdk/wit").is_dir())
                 .map(std::path::Path::to_path_buf)
         })
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))

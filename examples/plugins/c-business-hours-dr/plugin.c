@@ -12,8 +12,8 @@
 // settings also carry the host's DR keys (backend, waitTimeInSeconds, ..., see docs/dr.md); they
 // are the host's to check and are skipped here.
 //
-// Bindings: `wit-bindgen c wit/ --world state-checker` (state_checker.h). Strings returned to
-// the host are malloc'd: the generated post-return functions free them.
+// Bindings: `wit-bindgen c plugins/sdk/wit --world state-checker` (state_checker.h). Strings
+// returned to the host are malloc'd: the generated post-return functions free them.
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,35 +10,20 @@
 //
 // Settings (optional): {"annotation": "example.com/restart-requested-at"}
 //
-// Built with jco componentize (StarlingMonkey) with `-d http fetch-event`: the world imports
+// Built with componentize-js (StarlingMonkey) with `-d http fetch-event`: the world imports
 // no wasi:http and exports no incoming handler. See README.md.
 
 import { log } from 'wasmop:plugin/log@0.1.0';
+
+import { fail, parsePods, parseSettings as parseSettingsObject } from '../../../plugins/sdk-js/wasmop-plugin.js';
 
 const DEFAULT_ANNOTATION = 'example.com/restart-requested-at';
 // A Kubernetes annotation key: optional DNS prefix, then a name of at most 63 characters.
 const ANNOTATION_KEY = /^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 
-// Thrown values become the `plugin-error` of the result.
-function fail(message, field) {
-  return { message, field };
-}
-
+// Thrown values (`fail(message, field)`) become the `plugin-error` of the result.
 function parseSettings(text) {
-  let settings;
-  try {
-    settings = JSON.parse(text);
-  } catch (e) {
-    throw fail(`settings are not valid JSON: ${e.message}`, 'settings');
-  }
-  if (settings === null || typeof settings !== 'object' || Array.isArray(settings)) {
-    throw fail('settings must be a JSON object', 'settings');
-  }
-  for (const key of Object.keys(settings)) {
-    if (key !== 'annotation') {
-      throw fail(`unknown settings key ${JSON.stringify(key)}; the only key is "annotation"`, 'settings');
-    }
-  }
+  const settings = parseSettingsObject(text, ['annotation']);
   const annotation = settings.annotation ?? DEFAULT_ANNOTATION;
   if (typeof annotation !== 'string' || !ANNOTATION_KEY.test(annotation)) {
     throw fail(`annotation must be an annotation key, got ${JSON.stringify(annotation)}`, 'settings.annotation');
@@ -85,15 +70,7 @@ export function validateSettings(settings) {
 
 export function evaluate(settings, request) {
   const { annotation } = parseSettings(settings);
-  let pods;
-  try {
-    pods = JSON.parse(request.pods);
-  } catch (e) {
-    throw fail(`pods are not valid JSON: ${e.message}`, 'request.pods');
-  }
-  if (!Array.isArray(pods)) {
-    throw fail('pods must be a JSON array of Pod objects', 'request.pods');
-  }
+  const pods = parsePods(request.pods);
   const decisions = pods.map((pod) => decide(pod, annotation));
   const restarts = decisions.filter((d) => d.restart).length;
   log('debug', `policy ${request.policy}: ${restarts} of ${pods.length} pods restart (annotation ${annotation})`);

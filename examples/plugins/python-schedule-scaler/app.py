@@ -18,32 +18,20 @@ Settings (all optional): `{"utcOffset": "+00:00", "holidays": ["2026-12-25"]}`: 
 (local date) every window is closed.
 
 Built with componentize-py (see README.md); the bindings module `wit_world` is generated from
-wit/plugin.wit at build time.
+plugins/sdk/wit/plugin.wit at build time, and `wasmop_plugin` is the SDK's helper module
+(plugins/sdk-python).
 """
 
-import json
 import re
 from datetime import date, datetime, timedelta, timezone
 
 import wit_world
-from componentize_py_types import Err
-from wit_world.imports import log, scaling, types
+from wasmop_plugin import Invalid, json_object, log, parse_settings, plugin_errors
+from wit_world.imports import scaling, types
 
 DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WINDOW = re.compile(r"^\s*(\S+)\s+(\d{2}):(\d{2})-(\d{2}):(\d{2})\s*$")
 OFFSET = re.compile(r"^([+-])(\d{2}):(\d{2})$")
-
-
-class Invalid(Exception):
-    """A setting or metadata value that cannot be used; `field` is its dotted path."""
-
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
-        self.field = field
-
-
-def fail(e: Invalid) -> Err:
-    return Err(types.PluginError(message=str(e), field=e.field))
 
 
 def parse_offset(text, field):
@@ -88,22 +76,9 @@ def in_window(window, local: datetime) -> bool:
     return (today in days and minute >= start) or (yesterday in days and minute < end)
 
 
-def json_object(text: str, what: str, field: str) -> dict:
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise Invalid(f"{what} is not valid JSON: {e}", field)
-    if not isinstance(obj, dict):
-        raise Invalid(f"{what} must be a JSON object", field)
-    return obj
-
-
 class Settings:
     def __init__(self, text: str):
-        obj = json_object(text, "settings", "settings")
-        unknown = set(obj) - {"utcOffset", "holidays"}
-        if unknown:
-            raise Invalid(f"unknown settings keys {sorted(unknown)}; the keys are utcOffset and holidays", "settings")
+        obj = parse_settings(text, ["utcOffset", "holidays"])
         self.tz = parse_offset(obj.get("utcOffset", "+00:00"), "settings.utcOffset")
         holidays = obj.get("holidays", [])
         if not isinstance(holidays, list):
@@ -138,20 +113,16 @@ class WitWorld(wit_world.WitWorld):
     def info(self) -> types.PluginInfo:
         return types.PluginInfo(name="schedule-scaler", version="0.1.0", hook=types.Hook.SCALING)
 
+    @plugin_errors
     def validate_settings(self, settings: str) -> None:
-        try:
-            Settings(settings)
-        except Invalid as e:
-            raise fail(e)
+        Settings(settings)
 
+    @plugin_errors
     def vote(self, settings: str, request: scaling.TriggerRequest) -> scaling.TriggerVote:
         if request.trigger_type != "schedule":
-            raise Err(types.PluginError(
-                message=f"trigger type {request.trigger_type!r} is not handled; this plugin handles 'schedule'",
-                field="request.trigger-type"))
-        try:
-            vote, reason = decide(Settings(settings), request.metadata, request.now)
-        except Invalid as e:
-            raise fail(e)
-        log.log(log.Level.DEBUG, f"{request.elastic_service}: {vote.name.lower()}: {reason}")
+            raise Invalid(
+                f"trigger type {request.trigger_type!r} is not handled; this plugin handles 'schedule'",
+                "request.trigger-type")
+        vote, reason = decide(Settings(settings), request.metadata, request.now)
+        log("debug", f"{request.elastic_service}: {vote.name.lower()}: {reason}")
         return scaling.TriggerVote(vote=vote, value=None, reason=reason)

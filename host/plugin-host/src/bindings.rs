@@ -1,4 +1,5 @@
-//! Host-side bindings of the `wasmop:plugin` worlds (`wit/plugin.wit`), one module per world.
+//! Host-side bindings of the `wasmop:plugin` worlds (`plugins/sdk/wit/plugin.wit`), one module
+//! per world.
 //! Shared interfaces are generated once (in `router`) and reused by the other worlds.
 #![allow(missing_docs)]
 
@@ -6,7 +7,7 @@
 pub mod router {
     wasmtime::component::bindgen!({
         world: "router",
-        path: "../../wit",
+        path: "../../plugins/sdk/wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
         exports: { default: async },
     });
@@ -16,7 +17,7 @@ pub mod router {
 pub mod scaler {
     wasmtime::component::bindgen!({
         world: "scaler",
-        path: "../../wit",
+        path: "../../plugins/sdk/wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
         exports: { default: async },
         with: {
@@ -30,7 +31,7 @@ pub mod scaler {
 pub mod restart {
     wasmtime::component::bindgen!({
         world: "restart-predicate",
-        path: "../../wit",
+        path: "../../plugins/sdk/wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
         exports: { default: async },
         with: {
@@ -44,7 +45,7 @@ pub mod restart {
 pub mod dr {
     wasmtime::component::bindgen!({
         world: "state-checker",
-        path: "../../wit",
+        path: "../../plugins/sdk/wit",
         additional_derives: [serde::Serialize, serde::Deserialize],
         exports: { default: async },
         with: {

@@ -11,8 +11,8 @@
 //!   [`CallError`] that names the plugin, the hook and the cause.
 //! - [`registry`] turns the `wasmop-plugins` ConfigMap into loaded plugins and swaps them in.
 //!
-//! Modules, leaves first: `epoch` (the ticker), [`bindings`] (the worlds of `wit/plugin.wit`),
-//! `spec` (what a registry entry says), `error`, [`http_pool`], [`data_root`] (where
+//! Modules, leaves first: `epoch` (the ticker), [`bindings`] (the worlds of
+//! `plugins/sdk/wit/plugin.wit`), `spec` (what a registry entry says), `error`, [`http_pool`], [`data_root`] (where
 //! `grants.readOnlyDir` may point), [`sandbox`] (a call's store:
 //! limits, WASI, `wasi:http` grants), [`cache`], [`metrics`], `world` (a component's typed
 //! pre-instance), `runtime` ([`PluginRuntime`]), [`builtin`], `plugin` ([`Plugin`] and its

@@ -76,7 +76,7 @@ use serde_json::Value;
 
 #[cfg(target_arch = "wasm32")]
 mod component;
-pub mod quantity;
+pub use wasmop_plugin_sdk::quantity;
 pub mod view;
 
 use jiff::Timestamp;

@@ -1,16 +1,12 @@
-//! Export glue for the `scaler` world, and the blocking `wasi:http` GET it votes with.
-use wasip2::clocks::monotonic_clock;
-use wasip2::http::outgoing_handler;
-use wasip2::http::types::{
-    ErrorCode, Fields, IncomingResponse, Method, OutgoingRequest, RequestOptions, Scheme,
-};
-use wasip2::io::poll;
-use wasip2::io::streams::StreamError;
+//! Export glue for the `scaler` world, and the `GET` it votes with (the SDK's `wasi:http` client).
+use std::time::Duration;
+
+use wasmop_plugin_sdk::http;
 use wasmop_plugin_sdk::scaler::wasmop::plugin::scaling::Vote as V;
 use wasmop_plugin_sdk::scaler::{Guest, TriggerRequest, TriggerVote};
 use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
 
-use crate::{Error, Settings, TransportError, Trigger};
+use crate::{Error, Settings, Trigger};
 
 struct Plugin;
 
@@ -80,138 +76,23 @@ fn query(trigger: &Trigger, settings: &Settings, promql: &str, field: &str) -> R
 
 /// A blocking `GET url` with the trigger's headers: the response status and body.
 fn get(trigger: &Trigger, settings: &Settings, url: &str) -> Result<(u16, Vec<u8>), Error> {
-    let server = trigger.server_address.as_str();
-    let transport = |e: TransportError| {
-        Error::field(
+    let mut request = http::Request::get(url)
+        .timeout(Duration::from_millis(settings.timeout_ms))
+        .max_body_bytes(crate::MAX_BODY_BYTES);
+    for (name, value) in &trigger.headers {
+        request = request.header(name, value);
+    }
+    let response = request.send().map_err(|e| match e {
+        http::Error::Headers(_) => Error::field("metadata.headers", e),
+        http::Error::Transport(e) => Error::field(
             "metadata.serverAddress",
-            crate::transport_error(server, &e, settings.timeout_ms),
-        )
-    };
-    let url_parts = crate::split_url(url).map_err(|e| Error::field("metadata.serverAddress", e))?;
-
-    let entries: Vec<(String, Vec<u8>)> = trigger
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-        .collect();
-    let headers = Fields::from_list(&entries).map_err(|e| {
-        Error::field(
-            "metadata.headers",
-            format_args!("the host rejected the headers: {e:?}"),
-        )
+            crate::transport_error(&trigger.server_address, &e, settings.timeout_ms),
+        ),
+        http::Error::Url(_) | http::Error::Rejected { .. } => {
+            Error::field("metadata.serverAddress", e)
+        }
     })?;
-    let request = OutgoingRequest::new(headers);
-    let invalid = |what: &str| {
-        Error::field(
-            "metadata.serverAddress",
-            format_args!("the host rejected the {what} of {url}"),
-        )
-    };
-    request
-        .set_method(&Method::Get)
-        .map_err(|()| invalid("method"))?;
-    request
-        .set_scheme(Some(if url_parts.https {
-            &Scheme::Https
-        } else {
-            &Scheme::Http
-        }))
-        .map_err(|()| invalid("scheme"))?;
-    request
-        .set_authority(Some(url_parts.authority))
-        .map_err(|()| invalid("authority"))?;
-    request
-        .set_path_with_query(Some(url_parts.path_with_query))
-        .map_err(|()| invalid("path"))?;
-
-    let timeout_ns = settings.timeout_ms.saturating_mul(1_000_000);
-    let options = RequestOptions::new();
-    // An error means the host does not support that timeout; the deadline below still applies.
-    let _ = options.set_connect_timeout(Some(timeout_ns));
-    let _ = options.set_first_byte_timeout(Some(timeout_ns));
-    let _ = options.set_between_bytes_timeout(Some(timeout_ns));
-
-    let future =
-        outgoing_handler::handle(request, Some(options)).map_err(|e| transport(classify(&e)))?;
-    {
-        let ready = future.subscribe();
-        let deadline = monotonic_clock::subscribe_duration(timeout_ns);
-        poll::poll(&[&ready, &deadline]);
-        if !ready.ready() {
-            return Err(transport(TransportError::Timeout));
-        }
-    }
-    let response = match future.get() {
-        Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(e))) => return Err(transport(classify(&e))),
-        Some(Err(())) | None => {
-            return Err(transport(TransportError::Other(
-                "the response was not available".into(),
-            )));
-        }
-    };
-    let status = response.status();
-    let body = read_body(&response).map_err(transport)?;
-    Ok((status, body))
-}
-
-/// Reads the whole body, failing past [`crate::MAX_BODY_BYTES`]; stops there without reading on.
-fn read_body(response: &IncomingResponse) -> Result<Vec<u8>, TransportError> {
-    let body = response
-        .consume()
-        .map_err(|()| TransportError::Other("the response body was already taken".into()))?;
-    let mut out = Vec::new();
-    {
-        let stream = body.stream().map_err(|()| {
-            TransportError::Other("the response body stream was already taken".into())
-        })?;
-        loop {
-            match stream.blocking_read(64 * 1024) {
-                Ok(chunk) => {
-                    if out.len() + chunk.len() > crate::MAX_BODY_BYTES {
-                        return Err(TransportError::Other(format!(
-                            "the response body exceeds {} MiB",
-                            crate::MAX_BODY_BYTES / (1024 * 1024)
-                        )));
-                    }
-                    out.extend_from_slice(&chunk);
-                }
-                Err(StreamError::Closed) => break,
-                Err(StreamError::LastOperationFailed(e)) => {
-                    return Err(match wasip2::http::types::http_error_code(&e) {
-                        Some(code) => classify(&code),
-                        None => TransportError::Other(format!(
-                            "reading the response body failed: {}",
-                            e.to_debug_string()
-                        )),
-                    });
-                }
-            }
-        }
-    }
-    drop(body);
-    Ok(out)
-}
-
-fn classify(e: &ErrorCode) -> TransportError {
-    match e {
-        ErrorCode::HttpRequestDenied | ErrorCode::DestinationIpProhibited => TransportError::Denied,
-        ErrorCode::ConnectionRefused => TransportError::ConnectionRefused,
-        ErrorCode::DnsError(_) | ErrorCode::DnsTimeout | ErrorCode::DestinationNotFound => {
-            TransportError::Dns
-        }
-        ErrorCode::ConnectionTimeout
-        | ErrorCode::ConnectionReadTimeout
-        | ErrorCode::ConnectionWriteTimeout
-        | ErrorCode::HttpResponseTimeout => TransportError::Timeout,
-        ErrorCode::TlsCertificateError => TransportError::UntrustedCertificate,
-        ErrorCode::TlsProtocolError => TransportError::Tls("protocol error".into()),
-        ErrorCode::TlsAlertReceived(alert) => TransportError::Tls(format!(
-            "the server sent the alert {}",
-            alert.alert_message.as_deref().unwrap_or("(unnamed)")
-        )),
-        other => TransportError::Other(format!("{other:?}")),
-    }
+    Ok((response.status, response.body))
 }
 
 wasmop_plugin_sdk::scaler::export_scaler!(Plugin);

@@ -39,6 +39,8 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::Value;
+use wasmop_plugin_sdk::http::split_scheme;
+pub use wasmop_plugin_sdk::http::{TransportError, UrlParts, percent_encode, split_url};
 
 /// The only trigger type this plugin votes for.
 pub const TRIGGER_TYPE: &str = "prometheus";
@@ -408,23 +410,6 @@ pub fn health_query(uptime_filter: &str, cooldown_seconds: u32) -> String {
     format!("min_over_time((max(up{{{uptime_filter}}}) or vector(0))[{window}s:])")
 }
 
-/// Percent-encodes `s` for a URL query component: RFC 3986 unreserved characters
-/// (`A-Z a-z 0-9 - . _ ~`) are kept, every other byte of the UTF-8 form becomes `%XX`.
-pub fn percent_encode(s: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xF)]));
-        }
-    }
-    out
-}
-
 /// The instant-query URL: `<server>/api/v1/query?query=<percent-encoded promql>`.
 pub fn query_url(server: &str, promql: &str) -> String {
     format!(
@@ -432,46 +417,6 @@ pub fn query_url(server: &str, promql: &str) -> String {
         server.trim_end_matches('/'),
         percent_encode(promql)
     )
-}
-
-/// The parts of an `http://` or `https://` URL that a request needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UrlParts<'a> {
-    /// Whether the scheme is `https`.
-    pub https: bool,
-    /// `host[:port]`.
-    pub authority: &'a str,
-    /// The path with query, `/` when empty.
-    pub path_with_query: &'a str,
-}
-
-/// `url`'s scheme prefix in lower case (`http://` or `https://`, matched in any case) and the
-/// rest; `None` for another scheme.
-fn split_scheme(url: &str) -> Option<(&'static str, &str)> {
-    ["http://", "https://"].into_iter().find_map(|scheme| {
-        url.get(..scheme.len())
-            .filter(|s| s.eq_ignore_ascii_case(scheme))
-            .map(|_| (scheme, &url[scheme.len()..]))
-    })
-}
-
-/// Splits an `http://` or `https://` URL (scheme in any case) into its parts.
-///
-/// # Errors
-/// A URL of another scheme, or without an authority.
-pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
-    let (scheme, rest) =
-        split_scheme(url).ok_or_else(|| format!("{url:?} is not an http:// or https:// URL"))?;
-    let https = scheme == "https://";
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if authority.is_empty() {
-        return Err(format!("{url:?} has no host"));
-    }
-    Ok(UrlParts {
-        https,
-        authority,
-        path_with_query: if path.is_empty() { "/" } else { path },
-    })
 }
 
 #[derive(Deserialize)]
@@ -575,25 +520,6 @@ pub fn excerpt(body: &[u8]) -> String {
 /// The error for a response whose status is not 200.
 pub fn status_error(url: &str, status: u16, body: &[u8]) -> String {
     format!("GET {url} returned HTTP {status}: {}", excerpt(body))
-}
-
-/// Why a request produced no response, as far as the plugin needs to tell.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TransportError {
-    /// The host refused the request (its host is not granted, or the address is prohibited).
-    Denied,
-    /// The connection was refused.
-    ConnectionRefused,
-    /// The host name did not resolve.
-    Dns,
-    /// A timeout expired (connect, response head, or between body bytes).
-    Timeout,
-    /// The server's TLS certificate is not trusted for its name.
-    UntrustedCertificate,
-    /// The TLS handshake failed otherwise, described.
-    Tls(String),
-    /// Anything else, described.
-    Other(String),
 }
 
 /// The error message for a request to `server` (the trigger's `serverAddress`) that got no

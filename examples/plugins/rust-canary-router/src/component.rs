@@ -1,4 +1,5 @@
-//! Export glue for the `router` world (wasmop-plugin-sdk bindings).
+//! Export glue for the `router` world (wasmop-plugin-sdk bindings). The `Guest` implementation
+//! also builds natively, so that `cargo test` runs it on the JSON requests of `fixtures/`.
 use wasmop_plugin_sdk::router::wasmop::plugin::routing::StringMatch;
 use wasmop_plugin_sdk::router::{Guest, RouteRequest, RouteResponse};
 use wasmop_plugin_sdk::{Hook, PluginError, PluginInfo};
@@ -68,4 +69,15 @@ impl Guest for Plugin {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
 wasmop_plugin_sdk::router::export_router!(Plugin);
+
+/// Each `fixtures/*.json` (settings, a request, the expected routes or error) through `route`.
+#[test]
+fn fixtures() {
+    let checked = wasmop_plugin_sdk::fixtures::check_dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"),
+        Plugin::route,
+    );
+    assert_eq!(checked, 2);
+}

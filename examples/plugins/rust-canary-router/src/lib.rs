@@ -19,7 +19,7 @@
 //! Settings: `{"percent": 0..=100, "responseHeader": "<header name>"}`, both optional
 //! (defaults 10 and `x-dynamic-env`).
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(any(target_arch = "wasm32", test))]
 mod component;
 
 use serde_json::{Map, Value, json};

@@ -9,7 +9,7 @@ use serde_json::Value;
 use wasmop_plugin_host::{FailurePolicy, Plugin, RouteRequest};
 
 /// Answers the routing hook's question: the complete new `spec.http` of
-/// `request.virtual_service` (see `wit/plugin.wit`, `route`).
+/// `request.virtual_service` (see `plugins/sdk/wit/plugin.wit`, `route`).
 #[async_trait::async_trait]
 pub trait Router: Send + Sync {
     /// The registry name of the plugin, for messages, Events and metrics.

@@ -1,0 +1,3 @@
+module example.com/wasmop/sdk
+
+go 1.24
