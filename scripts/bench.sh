@@ -62,6 +62,13 @@ for name in "${names[@]}"; do
     fi
     eval "$("$cluster" env)"
   fi
+  if [ "$name" = routing ]; then
+    if dir=$("$root/scripts/peers.sh" riskified); then
+      export WASMOP_RISKIFIED_DIR=$dir
+    else
+      echo "bench.sh: Riskified's Dynamic Environment could not be built; the routing benchmark runs wasmop alone" >&2
+    fi
+  fi
   printf '\n==> cargo bench -p %s --bench %s\n' "$pkg" "$name"
   cargo bench --locked -p "$pkg" --bench "$name"
 done

@@ -8,6 +8,14 @@
 #        scripts/peers.sh kubeelasti crd    the same, then apply its CRD to the cluster of
 #                                           KUBECONFIG (server-side, idempotent)
 #
+#        scripts/peers.sh riskified         Riskified's Dynamic Environment operator
+#        scripts/peers.sh riskified crd     the same, then apply its CRD
+#
+# riskified-dynamic-environment-<commit>/:
+#   bin/manager  `go build` of cmd/ (run it with ENABLE_WEBHOOKS=false)
+#   crd.yaml     the DynamicEnv CRD (config/crd/bases, group riskified.com)
+#   role.yaml    its ClusterRole `manager-role` (config/rbac/role.yaml)
+#
 # kubeelasti-<commit>/:
 #   bin/elasti-operator, bin/elasti-resolver   `go build` of operator/cmd and resolver/cmd
 #   crd.yaml     the ElastiService CRD (operator/config/crd/bases)
@@ -69,6 +77,35 @@ build_kubeelasti() {
   echo "$out"
 }
 
+build_riskified() {
+  local name=riskified-dynamic-environment
+  local src=$peers/$name
+  [[ -d $src ]] || die "$src is missing"
+  local out
+  out=$cache/$name-$(commit_of $name)
+  if [[ -x $out/bin/manager && -s $out/crd.yaml && -s $out/role.yaml ]]; then
+    echo "$out"
+    return
+  fi
+  command -v go >/dev/null || die "go is not on PATH (scripts/setup.sh needs it too)"
+  local scratch
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/wasmop-peer-riskified.XXXXXX")
+  # shellcheck disable=SC2064
+  trap "rm -rf '$scratch'" EXIT
+  say "building Riskified's Dynamic Environment ($(go env GOVERSION)) into $out"
+  cp -r "$src" "$scratch/src"
+  chmod -R u+w "$scratch/src"
+  rm -rf "$out.tmp"
+  mkdir -p "$out.tmp/bin"
+  # Its go.mod asks for toolchain go1.25.6, which the proxy does not serve: build with ours.
+  (cd "$scratch/src" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -trimpath -o "$out.tmp/bin/manager" ./cmd)
+  cp "$scratch/src/config/crd/bases/riskified.com_dynamicenvs.yaml" "$out.tmp/crd.yaml"
+  cp "$scratch/src/config/rbac/role.yaml" "$out.tmp/role.yaml"
+  rm -rf "$out"
+  mv "$out.tmp" "$out"
+  echo "$out"
+}
+
 apply_crd() {
   [[ -n ${KUBECONFIG:-} ]] || die "KUBECONFIG is not set: eval \"\$(deploy/dev/cluster.sh env)\" first"
   kubectl apply --server-side --force-conflicts --field-manager=wasmop-bench -f "$1/crd.yaml" >&2
@@ -81,7 +118,12 @@ kubeelasti)
   if [[ ${2:-} == crd ]]; then apply_crd "$dir"; fi
   echo "$dir"
   ;;
+riskified)
+  dir=$(build_riskified)
+  if [[ ${2:-} == crd ]]; then apply_crd "$dir"; fi
+  echo "$dir"
+  ;;
 *)
-  die "usage: $0 kubeelasti [crd]"
+  die "usage: $0 kubeelasti|riskified [crd]"
   ;;
 esac

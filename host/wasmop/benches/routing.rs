@@ -66,8 +66,13 @@ fn main() {
         std::thread::available_parallelism().map_or(0, usize::from),
         load_average()
     );
-    plan_section();
-    reconcile_section();
+    // `WASMOP_BENCH_ROUTING_ONLY=reconcile`: section 2 alone; `=wasmop|upstream`: section 2 for
+    // that side alone (to profile it).
+    let only = std::env::var("WASMOP_BENCH_ROUTING_ONLY").ok();
+    if only.is_none() {
+        plan_section();
+    }
+    reconcile_section(only.as_deref());
     println!("\nload average at end: {}", load_average());
 }
 
@@ -79,7 +84,12 @@ fn load_average() -> String {
 
 /// `field` (e.g. `VmHWM:`) of /proc/self/status in MiB.
 fn proc_mib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    proc_mib_of("self", field)
+}
+
+/// `field` of /proc/`pid`/status in MiB (`pid` a number or `self`).
+fn proc_mib_of(pid: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(field))
@@ -89,7 +99,12 @@ fn proc_mib(field: &str) -> f64 {
 
 /// CPU time (user + system) of this process so far, in seconds (`/proc/self/stat`, USER_HZ 100).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_of("self")
+}
+
+/// CPU time (user + system) of process `pid` (a number or `self`) so far, in seconds.
+fn cpu_seconds_of(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which is in parentheses and may hold spaces).
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<f64> = rest
@@ -336,9 +351,46 @@ fn plan_section() {
 
 // ---- section 2 -----------------------------------------------------------------------------
 
-/// Requests of the operator's ServiceAccount on namespace `ns` in the audit log from `from`
-/// (a byte offset) to its end, by `verb resource[/subresource]`.
-fn audit_requests(log: &std::path::Path, from: u64, ns: &str) -> (u64, BTreeMap<String, u64>) {
+/// Routes of the VirtualService of section 2; [`DEFAULT_ROUTES`] of them go to the default
+/// version and get a copy per DynamicEnv.
+const SIDE_ROUTES: usize = 50;
+/// Routes of [`side_routes`] to the default version.
+const DEFAULT_ROUTES: usize = 6;
+/// How long a step may take before the side is reported as not done.
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a VirtualService edited by another tool may take to get its routes back.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The quiet period after all are ready.
+const QUIET: Duration = Duration::from_secs(60);
+
+/// The `SIDE_ROUTES` routes of VirtualService `reviews`: by path and tenant to `v2`, every
+/// tenth and the last (no match) to the default version `shared`, as in section 1.
+fn side_routes() -> Value {
+    let app = "reviews";
+    Value::Array(
+        (0..SIDE_ROUTES)
+            .map(|r| {
+                let last = r == SIDE_ROUTES - 1;
+                let subset = if last || r % 10 == 0 { "shared" } else { "v2" };
+                let mut route = json!({
+                    "name": format!("r{r}"),
+                    "route": [{"destination": {"host": app, "subset": subset}}],
+                    "timeout": "5s"
+                });
+                if !last {
+                    route["match"] = json!([{"uri": {"prefix": format!("/api/v1/resource-{r}")},
+                                             "headers": {"x-tenant": {"exact": format!("t{r}")}}}]);
+                }
+                route
+            })
+            .collect(),
+    )
+}
+
+/// Requests by user `user` in the audit log from `from` (a byte offset) to its end, by
+/// `verb resource[/subresource]`, in every namespace and cluster-wide: an operator's watches
+/// and lists of every namespace are its cost too.
+fn audit_requests(log: &std::path::Path, from: u64, user: &str) -> (u64, BTreeMap<String, u64>) {
     let mut f = std::fs::File::open(log).expect("the audit log");
     f.seek(std::io::SeekFrom::Start(from)).unwrap();
     let mut by = BTreeMap::new();
@@ -347,10 +399,7 @@ fn audit_requests(log: &std::path::Path, from: u64, ns: &str) -> (u64, BTreeMap<
         let Ok(e) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if e["stage"] != "ResponseComplete"
-            || e["user"]["username"] != "system:serviceaccount:wasmop-system:wasmop"
-            || e["objectRef"]["namespace"] != ns
-        {
+        if e["stage"] != "ResponseComplete" || e["user"]["username"] != user {
             continue;
         }
         let resource = match e["objectRef"]["subresource"].as_str() {
@@ -381,8 +430,49 @@ fn audit_log() -> Option<std::path::PathBuf> {
     log.exists().then_some(log)
 }
 
-fn reconcile_section() {
-    println!("\n2. reconcile {RECONCILED} DynamicEnvs to ready on the local control plane");
+fn log_offset(log: &std::path::Path) -> u64 {
+    std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The two operators of section 2.
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Wasmop,
+    /// Riskified's Dynamic Environment, from `WASMOP_RISKIFIED_DIR` (scripts/peers.sh).
+    Upstream,
+}
+
+impl Side {
+    fn api_version(self) -> &'static str {
+        match self {
+            Side::Wasmop => "wasmop.dev/v1alpha1",
+            Side::Upstream => "riskified.com/v1alpha1",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Side::Wasmop => "wasmop",
+            Side::Upstream => "upstream",
+        }
+    }
+}
+
+/// What one side measured; `None` for a step not done within its timeout.
+#[derive(Default)]
+struct Figures {
+    ready_s: Option<f64>,
+    requests_per_de: f64,
+    quiet_requests: u64,
+    cpu_s: f64,
+    peak_rss_mib: f64,
+    restore_s: Option<f64>,
+    delete_s: Option<f64>,
+}
+
+fn reconcile_section(only: Option<&str>) {
+    println!(
+        "\n2. reconcile {RECONCILED} DynamicEnvs over a VirtualService of {SIDE_ROUTES} routes on the local control plane, side by side with upstream"
+    );
     if std::env::var_os("KUBECONFIG").is_none() {
         println!(
             "skipped: KUBECONFIG is not set. Start the local control plane and point at it first:\n  deploy/dev/cluster.sh up && eval \"$(deploy/dev/cluster.sh env)\""
@@ -395,13 +485,103 @@ fn reconcile_section() {
         );
         return;
     };
+    let upstream = std::env::var_os("WASMOP_RISKIFIED_DIR").map(std::path::PathBuf::from);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    rt.block_on(wasmop_tests::with_temp_ns(
-        "bench-routing",
-        |client, ns| async move {
-            reconcile_bench(client, ns, log).await;
-        },
-    ));
+    let mut results = Vec::new();
+    for side in [Side::Wasmop, Side::Upstream] {
+        if only.is_some_and(|o| o != side.name() && o != "reconcile") {
+            continue;
+        }
+        if side == Side::Upstream && upstream.is_none() {
+            println!(
+                "\nupstream: skipped, WASMOP_RISKIFIED_DIR is not set (scripts/bench.sh routing builds it with scripts/peers.sh riskified)"
+            );
+            continue;
+        }
+        let (log, upstream) = (log.clone(), upstream.clone());
+        let figures = rt.block_on(async move {
+            let out = std::sync::Arc::new(std::sync::Mutex::new(Figures::default()));
+            let slot = out.clone();
+            wasmop_tests::with_temp_ns(
+                &format!("bench-{}", side.name()),
+                |client, ns| async move {
+                    let f = run_side(side, client, ns, log, upstream).await;
+                    *slot.lock().unwrap() = f;
+                },
+            )
+            .await;
+            std::mem::take(&mut *out.lock().unwrap())
+        });
+        results.push((side, figures));
+    }
+    if let [(_, w), (_, u)] = results.as_slice() {
+        print_ratios(w, u);
+    }
+}
+
+fn secs(v: Option<f64>, timeout: Duration) -> String {
+    v.map_or_else(
+        || format!("> {} s", timeout.as_secs()),
+        |s| format!("{s:.1} s"),
+    )
+}
+
+fn print_ratios(w: &Figures, u: &Figures) {
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        (Some(_), None) => "< 1 (upstream did not finish)".into(),
+        _ => "n/a".into(),
+    };
+    println!("\nside by side, wasmop / upstream (goal: at or below 1 on every row)");
+    println!(
+        "  {:<52} {:>12} {:>12} {:>8}",
+        "figure", "wasmop", "upstream", "ratio"
+    );
+    let row = |name: &str, a: String, b: String, r: String| {
+        println!("  {name:<52} {a:>12} {b:>12} {r:>8}");
+    };
+    row(
+        "time until all are ready",
+        secs(w.ready_s, STEP_TIMEOUT),
+        secs(u.ready_s, STEP_TIMEOUT),
+        ratio(w.ready_s, u.ready_s),
+    );
+    row(
+        "API requests per DynamicEnv until ready",
+        format!("{:.1}", w.requests_per_de),
+        format!("{:.1}", u.requests_per_de),
+        ratio(Some(w.requests_per_de), Some(u.requests_per_de)),
+    );
+    row(
+        "API requests in the quiet minute after",
+        w.quiet_requests.to_string(),
+        u.quiet_requests.to_string(),
+        ratio(Some(w.quiet_requests as f64), Some(u.quiet_requests as f64)),
+    );
+    row(
+        "operator CPU seconds, start to end of the quiet minute",
+        format!("{:.1}", w.cpu_s),
+        format!("{:.1}", u.cpu_s),
+        ratio(Some(w.cpu_s), Some(u.cpu_s)),
+    );
+    row(
+        "operator peak RSS (MiB)",
+        format!("{:.0}", w.peak_rss_mib),
+        format!("{:.0}", u.peak_rss_mib),
+        ratio(Some(w.peak_rss_mib), Some(u.peak_rss_mib)),
+    );
+    row(
+        "VirtualService edited by another tool: routes back",
+        secs(w.restore_s, RESTORE_TIMEOUT),
+        secs(u.restore_s, RESTORE_TIMEOUT),
+        ratio(w.restore_s, u.restore_s),
+    );
+    row(
+        "delete all, until gone",
+        secs(w.delete_s, STEP_TIMEOUT),
+        secs(u.delete_s, STEP_TIMEOUT),
+        ratio(w.delete_s, u.delete_s),
+    );
 }
 
 async fn count_ready(api: &kube::Api<kube::api::DynamicObject>) -> (usize, usize) {
@@ -417,99 +597,212 @@ async fn count_ready(api: &kube::Api<kube::api::DynamicObject>) -> (usize, usize
     (list.items.len(), ready)
 }
 
-async fn reconcile_bench(client: kube::Client, ns: String, log: std::path::PathBuf) {
+/// Waits until `check` holds, polling every 250 ms; the time it took, or `None` after `timeout`.
+async fn time_until(timeout: Duration, mut check: impl AsyncFnMut() -> bool) -> Option<f64> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if check().await {
+            return Some(started.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+/// Starts upstream's operator (`dir/bin/manager`, webhooks off, every namespace) as
+/// ServiceAccount `riskified-bench/manager` bound to its own ClusterRole.
+fn start_upstream(dir: &std::path::Path, ns: &str) -> wasmop_tests::Process {
+    let rbac = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: riskified-bench}}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: manager, namespace: riskified-bench}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: riskified-bench-manager}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: manager-role}}\n\
+         subjects: [{{kind: ServiceAccount, name: manager, namespace: riskified-bench}}]\n"
+    );
+    let file = wasmop_tests::dump_dir().join("riskified-bench-rbac.yaml");
+    std::fs::write(&file, rbac).expect("write the RBAC");
+    for f in [dir.join("crd.yaml"), dir.join("role.yaml"), file] {
+        wasmop_tests::kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=wasmop-bench",
+            "-f",
+            f.to_str().expect("a UTF-8 path"),
+        ]);
+    }
+    wasmop_tests::kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/dynamicenvs.riskified.com",
+    ]);
+    let kubeconfig = wasmop_tests::service_account_kubeconfig("riskified-bench", "manager");
+    let mut cmd = Command::new(dir.join("bin/manager"));
+    cmd.args([
+        &format!(
+            "--metrics-bind-address=127.0.0.1:{}",
+            wasmop_tests::free_port()
+        ),
+        &format!(
+            "--health-probe-bind-address=127.0.0.1:{}",
+            wasmop_tests::free_port()
+        ),
+    ])
+    .env("KUBECONFIG", kubeconfig)
+    .env("ENABLE_WEBHOOKS", "false");
+    wasmop_tests::Process::spawn(
+        cmd,
+        wasmop_tests::dump_dir().join(format!("{ns}-upstream.log")),
+    )
+}
+
+async fn run_side(
+    side: Side,
+    client: kube::Client,
+    ns: String,
+    log: std::path::PathBuf,
+    upstream: Option<std::path::PathBuf>,
+) -> Figures {
     use futures::StreamExt;
     use wasmop_tests::routing;
-    routing::bookinfo(&client, &ns, true).await;
-    let operator = wasmop_tests::Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
-    let api = routing::dynamic_api(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv");
-    let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    println!("\n{}", side.name());
+    routing::bookinfo(&client, &ns, false).await;
+    let vs = json!({
+        "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+        "metadata": {"name": "reviews"},
+        "spec": {"hosts": ["reviews"], "http": side_routes()}
+    });
+    routing::create(&client, &ns, vs).await;
+    let (mut process, _operator, user) = match side {
+        Side::Wasmop => {
+            let op = wasmop_tests::Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+            (None, Some(op), "system:serviceaccount:wasmop-system:wasmop")
+        }
+        Side::Upstream => {
+            let dir = upstream.expect("WASMOP_RISKIFIED_DIR");
+            (
+                Some(start_upstream(&dir, &ns)),
+                None,
+                "system:serviceaccount:riskified-bench:manager",
+            )
+        }
+    };
+    let pid = process
+        .as_ref()
+        .map_or_else(|| _operator.as_ref().unwrap().process.id(), |p| p.id())
+        .to_string();
+    let api = routing::dynamic_api(&client, &ns, side.api_version(), "DynamicEnv");
+    let mut f = Figures::default();
+
+    let offset = log_offset(&log);
     let started = Instant::now();
     futures::stream::iter(0..RECONCILED)
         .map(|i| {
             let (client, ns) = (client.clone(), ns.clone());
             async move {
-                routing::create(
-                    &client,
+                let mut de = routing::dynamic_env(
+                    &format!("de-{i:03}"),
                     &ns,
-                    routing::dynamic_env(
-                        &format!("de-{i:03}"),
-                        &ns,
-                        &format!("user-{i}"),
-                        "docker.io/istio/examples-bookinfo-reviews-v3:1.20.3",
-                        false,
-                    ),
-                )
-                .await;
+                    &format!("user-{i}"),
+                    "docker.io/istio/examples-bookinfo-reviews-v3:1.20.3",
+                    false,
+                );
+                de["apiVersion"] = json!(side.api_version());
+                routing::create(&client, &ns, de).await;
             }
         })
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
-    let created = started.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut all_ready = None;
-    while Instant::now() < deadline {
-        let (n, ready) = count_ready(&api).await;
-        if n == RECONCILED && ready == RECONCILED {
-            all_ready = Some(started.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    println!(
+        "{RECONCILED} DynamicEnvs created in {:.1} s (16 at a time)",
+        started.elapsed().as_secs_f64()
+    );
+    f.ready_s = time_until(STEP_TIMEOUT, async || {
+        count_ready(&api).await == (RECONCILED, RECONCILED)
+    })
+    .await
+    .map(|_| started.elapsed().as_secs_f64());
+    match f.ready_s {
+        Some(t) => println!("all ready {t:.1} s after the first create"),
+        None => println!(
+            "NOT all ready after {STEP_TIMEOUT:?}: {:?}",
+            count_ready(&api).await
+        ),
     }
-    let ready_offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let (requests, by) = audit_requests(&log, offset, &ns);
+    let ready_offset = log_offset(&log);
+    let (requests, by) = audit_requests(&log, offset, user);
+    f.requests_per_de = requests as f64 / RECONCILED as f64;
+    let expected = SIDE_ROUTES + RECONCILED * DEFAULT_ROUTES;
     let routes = routing::vs_http(&client, &ns, "reviews")
         .await
         .as_array()
         .map_or(0, Vec::len);
-    println!(
-        "{RECONCILED} DynamicEnvs created in {:.1} s (16 at a time)",
-        created.as_secs_f64()
-    );
-    match all_ready {
-        Some(t) => println!("all ready {:.1} s after the first create", t.as_secs_f64()),
-        None => println!("NOT all ready after 600 s: {:?}", count_ready(&api).await),
-    }
-    println!(
-        "VirtualService reviews: {routes} routes ({} copies + 3)",
-        routes.saturating_sub(3)
-    );
+    println!("VirtualService reviews: {routes} routes (expected {expected})");
     println!(
         "operator API requests until all ready: {requests} ({:.1} per DynamicEnv)",
-        requests as f64 / RECONCILED as f64
+        f.requests_per_de
     );
     for (what, n) in &by {
         println!("  {n:>6}  {what}");
     }
-    // The quiet period: nothing should be written once everything is ready.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let (quiet, quiet_by) = audit_requests(&log, ready_offset, &ns);
-    println!("operator API requests in the 10 s after: {quiet} {quiet_by:?}");
 
-    let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let started = Instant::now();
+    // The quiet minute: nothing changes, so nothing should be written.
+    tokio::time::sleep(QUIET).await;
+    let (quiet, quiet_by) = audit_requests(&log, ready_offset, user);
+    f.quiet_requests = quiet;
+    f.cpu_s = cpu_seconds_of(&pid);
+    f.peak_rss_mib = proc_mib_of(&pid, "VmHWM:");
+    println!("operator API requests in the {QUIET:?} after: {quiet} {quiet_by:?}");
+    println!(
+        "operator process so far: {:.1} CPU s, peak RSS {:.0} MiB",
+        f.cpu_s, f.peak_rss_mib
+    );
+
+    // Another tool puts the VirtualService back to its own routes (as `kubectl apply` of the
+    // file it came from would).
+    let vs_api = routing::dynamic_api(&client, &ns, "networking.istio.io/v1", "VirtualService");
+    vs_api
+        .patch(
+            "reviews",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"http": side_routes()}})),
+        )
+        .await
+        .expect("edit the VirtualService");
+    f.restore_s = time_until(RESTORE_TIMEOUT, async || {
+        routing::vs_http(&client, &ns, "reviews")
+            .await
+            .as_array()
+            .map_or(0, Vec::len)
+            == routes
+    })
+    .await;
+    println!(
+        "routes back after another tool's edit: {}",
+        secs(f.restore_s, RESTORE_TIMEOUT)
+    );
+
+    let offset = log_offset(&log);
     api.delete_collection(
         &kube::api::DeleteParams::default(),
         &kube::api::ListParams::default(),
     )
     .await
     .expect("delete the DynamicEnvs");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while count_ready(&api).await.0 > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let gone = started.elapsed();
-    let (requests, by) = audit_requests(&log, offset, &ns);
-    let restored =
-        routing::vs_http(&client, &ns, "reviews").await == routing::http_routes("reviews");
+    f.delete_s = time_until(STEP_TIMEOUT, async || count_ready(&api).await.0 == 0).await;
+    let (requests, by) = audit_requests(&log, offset, user);
+    let restored = routing::vs_http(&client, &ns, "reviews").await == side_routes();
     println!(
-        "all {RECONCILED} deleted in {:.1} s, VirtualService restored exactly: {restored}; operator API requests: {requests} ({:.1} per DynamicEnv)",
-        gone.as_secs_f64(),
+        "all {RECONCILED} deleted in {}, VirtualService restored exactly: {restored}; operator API requests: {requests} ({:.1} per DynamicEnv)",
+        secs(f.delete_s, STEP_TIMEOUT),
         requests as f64 / RECONCILED as f64
     );
     for (what, n) in &by {
         println!("  {n:>6}  {what}");
     }
-    drop(operator);
+    if let Some(p) = process.as_mut() {
+        assert!(p.alive(), "upstream's operator exited:\n{}", p.log());
+    }
+    f
 }
