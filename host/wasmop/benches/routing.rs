@@ -612,13 +612,11 @@ async fn time_until(timeout: Duration, mut check: impl AsyncFnMut() -> bool) -> 
 /// Starts upstream's operator (`dir/bin/manager`, webhooks off, every namespace) as
 /// ServiceAccount `riskified-bench/manager` bound to its own ClusterRole.
 fn start_upstream(dir: &std::path::Path, ns: &str) -> wasmop_tests::Process {
-    let rbac = format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: riskified-bench}}\n---\n\
-         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: manager, namespace: riskified-bench}}\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: riskified-bench-manager}}\n\
-         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: manager-role}}\n\
-         subjects: [{{kind: ServiceAccount, name: manager, namespace: riskified-bench}}]\n"
-    );
+    let rbac = "apiVersion: v1\nkind: Namespace\nmetadata: {name: riskified-bench}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: manager, namespace: riskified-bench}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: riskified-bench-manager}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: manager-role}\n\
+         subjects: [{kind: ServiceAccount, name: manager, namespace: riskified-bench}]\n";
     let file = wasmop_tests::dump_dir().join("riskified-bench-rbac.yaml");
     std::fs::write(&file, rbac).expect("write the RBAC");
     for f in [dir.join("crd.yaml"), dir.join("role.yaml"), file] {
