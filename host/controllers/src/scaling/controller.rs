@@ -41,7 +41,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use wasmop_kernel::cache::{Index, cache, cache_trimmed};
+use wasmop_kernel::cache::{cache, cache_trimmed};
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
 use super::error::Error;
@@ -112,8 +112,6 @@ pub struct Caches {
     pub services: Store<Service>,
     /// EndpointSlices of the watched namespaces that carry `kubernetes.io/service-name`.
     pub slices: Store<EndpointSlice>,
-    /// The same by `namespace/service`.
-    pub slices_by_service: Index<EndpointSlice>,
     /// The resolver pods (`--resolver-selector` in the resolver namespace).
     pub resolver_pods: Store<Pod>,
     /// Deployments of the watched namespaces, trimmed to their metadata and `spec.replicas`.
@@ -517,9 +515,11 @@ impl Scaling {
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         let public_slices: Vec<EndpointSlice> = self
             .caches
-            .slices_by_service
-            .get(&format!("{ns}/{}", es.spec.service))
+            .slices
+            .state()
             .iter()
+            .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&es.spec.service))
             .map(|s| s.as_ref().clone())
             .collect();
         let mode = plan::mode(replicas, plan::public_ready(&public_slices));
@@ -884,8 +884,6 @@ pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
         ctx.kernel.watched_api::<EndpointSlice>(),
         watcher::Config::default().labels(SERVICE_NAME_LABEL),
     );
-    let slices_by_service = Index::new(slices.clone(), slice_service);
-    let slice_stream = slices_by_service.track(slice_stream);
     let resolver_api: Api<Pod> =
         Api::namespaced(ctx.kernel.client.clone(), &resolver_namespace(ctx, opts));
     let (resolver_pods, pod_stream) = cache(
@@ -923,7 +921,6 @@ pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
         Caches {
             services,
             slices,
-            slices_by_service,
             resolver_pods,
             deployments,
             statefulsets,
@@ -935,15 +932,6 @@ pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
             workloads: workloads.boxed(),
         },
     )
-}
-
-/// The key of an EndpointSlice in [`Caches::slices_by_service`]: `namespace/service`.
-fn slice_service(slice: &EndpointSlice) -> Option<String> {
-    Some(format!(
-        "{}/{}",
-        slice.namespace()?,
-        slice.labels().get(SERVICE_NAME_LABEL)?
-    ))
 }
 
 /// Drops what no reader of a workload cache needs: managed fields and annotations (the
@@ -1150,11 +1138,9 @@ mod tests {
 
     /// Caches that stay empty (their writers are gone): for reconciles that never read them.
     fn no_caches() -> Caches {
-        let slices = kube::runtime::reflector::store().0;
         Caches {
             services: kube::runtime::reflector::store().0,
-            slices_by_service: Index::new(slices.clone(), slice_service),
-            slices,
+            slices: kube::runtime::reflector::store().0,
             resolver_pods: kube::runtime::reflector::store().0,
             deployments: kube::runtime::reflector::store().0,
             statefulsets: kube::runtime::reflector::store().0,
