@@ -768,16 +768,15 @@ pub(crate) async fn run_chain(
         let mut request = call.request.clone();
         request.virtual_service = vs_json(vs, &http);
         let key = identity.as_deref().map(|id| Answers::key(id, &request));
-        let kept = key.and_then(|k| answers().get(k, &http));
+        let owned = |r: &Value| istio::route_name(r).is_some_and(|n| n.starts_with(prefix));
+        let kept = key.and_then(|k| answers().get(k, &http, owned));
         let answer = match kept {
             Some(out) => Ok(out),
             None => match router.route(request).await {
                 Ok(out) => match answer::check(&call.request, ns, &http, &out) {
                     Ok(()) => {
                         if let Some(k) = key {
-                            answers().put(k, &out, |r| {
-                                istio::route_name(r).is_some_and(|n| n.starts_with(prefix))
-                            });
+                            answers().put(k, &out, owned);
                         }
                         Ok(out)
                     }

@@ -75,17 +75,23 @@ impl Answers {
     }
 
     /// The answer kept under `key`, rebuilt on `input` (the routes the request was made with),
-    /// if any.
-    pub fn get(&self, key: u64, input: &[Value]) -> Option<Vec<Value>> {
-        let owned = self
+    /// if any: the input's routes that `owned` says are the router's earlier output are
+    /// replaced, as the router replaces them.
+    pub fn get(
+        &self,
+        key: u64,
+        input: &[Value],
+        owned: impl Fn(&Value) -> bool,
+    ) -> Option<Vec<Value>> {
+        let added = self
             .kept
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .cloned()?;
-        let mut out = Vec::with_capacity(input.len() + owned.len());
-        let mut next = owned.iter().peekable();
-        for (i, route) in input.iter().enumerate() {
+        let mut out = Vec::with_capacity(input.len() + added.len());
+        let mut next = added.iter().peekable();
+        for (i, route) in input.iter().filter(|r| !owned(r)).enumerate() {
             while let Some((_, r)) = next.next_if(|(before, _)| *before == i) {
                 out.push(r.clone());
             }
@@ -203,12 +209,15 @@ mod tests {
             route_prefix: "p-".into(),
             virtual_service: "{}".into(),
         };
+        let owned = |r: &Value| r["name"].as_str().unwrap().starts_with("p-");
         let key = Answers::key("digest", &request);
-        assert_eq!(answers.get(key, &input), None);
-        answers.put(key, &answer, |r| {
-            r["name"].as_str().unwrap().starts_with("p-")
-        });
-        assert_eq!(answers.get(key, &input), Some(answer));
+        assert_eq!(answers.get(key, &input, owned), None);
+        answers.put(key, &answer, owned);
+        assert_eq!(answers.get(key, &input, owned), Some(answer.clone()));
+        // Earlier output of the same router in the input is replaced, not kept beside.
+        let mut again = input.clone();
+        again.insert(1, json!({"name": "p-old"}));
+        assert_eq!(answers.get(key, &again, owned), Some(answer));
         // Another identity or another request is another key.
         assert_ne!(Answers::key("other", &request), key);
         let mut moved = request.clone();
