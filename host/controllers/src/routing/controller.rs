@@ -93,6 +93,16 @@ fn de_key(de: &DynamicEnv) -> String {
 
 type Key = (String, String);
 
+/// The resourceVersion of object `ns/name` in `list`, if it is there.
+fn rv_of<K: Resource>(list: &[Arc<K>], ns: &str, name: &str) -> Option<String> {
+    list.iter()
+        .find(|o| {
+            o.meta().namespace.as_deref().unwrap_or_default() == ns
+                && o.meta().name.as_deref().unwrap_or_default() == name
+        })
+        .and_then(|o| o.meta().resource_version.clone())
+}
+
 fn key_of<K: Resource>(obj: &K) -> Key {
     (
         obj.meta().namespace.clone().unwrap_or_default(),
@@ -362,11 +372,6 @@ impl Routing {
             "no longer wanted"
         };
         let client = &self.ctx.kernel.client;
-        let rv_of = |list: &[Arc<Deployment>], ns: &str, name: &str| {
-            list.iter()
-                .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
-                .and_then(|d| d.metadata.resource_version.clone())
-        };
         match w {
             Write::Apply { change, object, .. } => {
                 let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -405,11 +410,7 @@ impl Routing {
                     related
                 } else {
                     let api: Api<DestinationRule> = Api::namespaced(client.clone(), ns);
-                    let before = snapshot
-                        .destination_rules
-                        .iter()
-                        .find(|d| key_of(d.as_ref()) == (ns.to_owned(), name.to_owned()))
-                        .and_then(|d| d.metadata.resource_version.clone());
+                    let before = rv_of(&snapshot.destination_rules, ns, name);
                     let obj = self
                         .ctx
                         .kernel
@@ -490,11 +491,7 @@ impl Routing {
                     existed
                 } else {
                     let api: Api<DestinationRule> = Api::namespaced(client.clone(), namespace);
-                    let before = snapshot
-                        .destination_rules
-                        .iter()
-                        .find(|d| key_of(d.as_ref()) == (namespace.clone(), name.clone()))
-                        .and_then(|d| d.metadata.resource_version.clone());
+                    let before = rv_of(&snapshot.destination_rules, namespace, name);
                     let existed = self.ctx.kernel.writer.delete(&api, name).await?;
                     self.destination_rules
                         .record((namespace.clone(), name.clone()), before, None);
