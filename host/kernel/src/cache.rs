@@ -2,8 +2,11 @@
 //! reconciles (`Controller::watches_stream`). Controllers read what they depend on from these
 //! instead of asking the API server at every reconcile.
 
-use futures::Stream;
-use kube::runtime::reflector::{self, Store};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, TryStreamExt};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -29,6 +32,36 @@ where
         + 'static,
 {
     cache_trimmed(api, config, |_| {})
+}
+
+/// [`cache`] with an [`Index`] of its objects by `key`.
+pub fn cache_indexed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    key: fn(&K) -> Option<String>,
+) -> (
+    Store<K>,
+    Index<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let index = Index::new(store.clone(), key);
+    let events = index.clone();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .inspect_ok(move |event| events.apply(event))
+        .reflect(writer)
+        .touched_objects();
+    (store, index, stream)
 }
 
 /// [`cache`] whose objects pass through `trim` before they are stored, e.g. to drop the
@@ -57,4 +90,183 @@ where
         .reflect(writer)
         .touched_objects();
     (store, stream)
+}
+
+/// A secondary index over a cache's store: the objects that share a key (e.g. the
+/// EndpointSlices of one Service, keyed `namespace/service`), found without scanning the
+/// store, so that a reconcile of one of N objects costs the same whatever N is.
+///
+/// It applies the watcher's events as the store does (the objects of a list are buffered
+/// until the list ends and then replace everything), so both hold the same objects once an
+/// event has passed through both; made by [`cache_indexed`].
+pub struct Index<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store: Store<K>,
+    key: fn(&K) -> Option<String>,
+    entries: Arc<RwLock<Entries<K>>>,
+}
+
+/// The refs under each key, and the key of each ref; `listing` gathers a list in progress.
+struct Entries<K: Resource<DynamicType = ()>> {
+    by_key: HashMap<String, HashSet<ObjectRef<K>>>,
+    key_of: HashMap<ObjectRef<K>, String>,
+    listing: HashMap<ObjectRef<K>, String>,
+}
+
+impl<K: Resource<DynamicType = ()>> Entries<K> {
+    fn remove(&mut self, r: &ObjectRef<K>) {
+        if let Some(old) = self.key_of.remove(r)
+            && let Some(set) = self.by_key.get_mut(&old)
+        {
+            set.remove(r);
+            if set.is_empty() {
+                self.by_key.remove(&old);
+            }
+        }
+    }
+
+    fn insert(&mut self, r: ObjectRef<K>, key: String) {
+        self.by_key
+            .entry(key.clone())
+            .or_default()
+            .insert(r.clone());
+        self.key_of.insert(r, key);
+    }
+}
+
+impl<K> Clone for Index<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            key: self.key,
+            entries: self.entries.clone(),
+        }
+    }
+}
+
+impl<K> Index<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    /// An empty index of `store` by `key` (`None`: the object is not indexed).
+    pub fn new(store: Store<K>, key: fn(&K) -> Option<String>) -> Self {
+        Self {
+            store,
+            key,
+            entries: Arc::new(RwLock::new(Entries {
+                by_key: HashMap::new(),
+                key_of: HashMap::new(),
+                listing: HashMap::new(),
+            })),
+        }
+    }
+
+    /// Applies one watcher event, as `reflector::store::Writer::apply_watcher_event` does.
+    pub fn apply(&self, event: &watcher::Event<K>) {
+        let mut e = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Apply(obj) => {
+                let r = ObjectRef::from_obj(obj);
+                e.remove(&r);
+                if let Some(key) = (self.key)(obj) {
+                    e.insert(r, key);
+                }
+            }
+            watcher::Event::Delete(obj) => e.remove(&ObjectRef::from_obj(obj)),
+            watcher::Event::Init => e.listing.clear(),
+            watcher::Event::InitApply(obj) => {
+                if let Some(key) = (self.key)(obj) {
+                    e.listing.insert(ObjectRef::from_obj(obj), key);
+                }
+            }
+            watcher::Event::InitDone => {
+                let listed = std::mem::take(&mut e.listing);
+                e.by_key.clear();
+                e.key_of.clear();
+                for (r, key) in listed {
+                    e.insert(r, key);
+                }
+            }
+        }
+    }
+
+    /// The cached objects whose key is `key`, in no particular order. An object the index
+    /// has seen but the store not yet (or no longer) is left out.
+    pub fn get(&self, key: &str) -> Vec<Arc<K>> {
+        let e = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        e.by_key
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| self.store.get(r))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
+    use watcher::Event;
+
+    fn cm(name: &str, svc: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.labels = Some([("svc".to_owned(), svc.to_owned())].into());
+        c
+    }
+
+    fn names(v: Vec<Arc<ConfigMap>>) -> Vec<String> {
+        let mut n: Vec<String> = v.iter().map(|c| c.name_any()).collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn index_follows_lists_applies_relabels_and_deletes() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let index = Index::new(store, |c: &ConfigMap| {
+            Some(format!("{}/{}", c.namespace()?, c.labels().get("svc")?))
+        });
+        // As the cache's stream does: the index, then the store, see each event.
+        let mut step = |event: Event<ConfigMap>| {
+            index.apply(&event);
+            writer.apply_watcher_event(&event);
+        };
+        // The initial list: nothing shows until it ends.
+        step(Event::Init);
+        for (name, svc) in [("a", "x"), ("b", "x"), ("c", "y")] {
+            step(Event::InitApply(cm(name, svc)));
+        }
+        assert!(index.get("ns/x").is_empty());
+        step(Event::InitDone);
+        assert_eq!(names(index.get("ns/x")), ["a", "b"]);
+        assert_eq!(names(index.get("ns/y")), ["c"]);
+        assert!(index.get("other/x").is_empty());
+
+        step(Event::Apply(cm("a", "y")));
+        assert_eq!(names(index.get("ns/x")), ["b"]);
+        assert_eq!(names(index.get("ns/y")), ["a", "c"]);
+
+        step(Event::Delete(cm("b", "x")));
+        assert!(index.get("ns/x").is_empty());
+
+        // A relist after the watch was down replaces everything: "c" was deleted meanwhile.
+        step(Event::Init);
+        step(Event::InitApply(cm("a", "y")));
+        step(Event::InitApply(cm("d", "x")));
+        step(Event::InitDone);
+        assert_eq!(names(index.get("ns/y")), ["a"]);
+        assert_eq!(names(index.get("ns/x")), ["d"]);
+        let e = index.entries.read().unwrap();
+        assert_eq!(e.key_of.len(), 2);
+        assert_eq!(e.by_key.len(), 2);
+    }
 }

@@ -41,7 +41,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use wasmop_kernel::cache::{cache, cache_trimmed};
+use wasmop_kernel::cache::{Index, cache, cache_indexed, cache_trimmed};
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
 use super::error::Error;
@@ -112,6 +112,8 @@ pub struct Caches {
     pub services: Store<Service>,
     /// EndpointSlices of the watched namespaces that carry `kubernetes.io/service-name`.
     pub slices: Store<EndpointSlice>,
+    /// `slices` by `namespace/service` ([`slice_key`]).
+    pub slices_by_service: Index<EndpointSlice>,
     /// The resolver pods (`--resolver-selector` in the resolver namespace).
     pub resolver_pods: Store<Pod>,
     /// Deployments of the watched namespaces, trimmed to their metadata and `spec.replicas`.
@@ -515,11 +517,9 @@ impl Scaling {
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         let public_slices: Vec<EndpointSlice> = self
             .caches
-            .slices
-            .state()
+            .slices_by_service
+            .get(&format!("{ns}/{}", es.spec.service))
             .iter()
-            .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-            .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&es.spec.service))
             .map(|s| s.as_ref().clone())
             .collect();
         let mode = plan::mode(replicas, plan::public_ready(&public_slices));
@@ -880,9 +880,10 @@ pub struct CacheStreams {
 /// resolver namespace and selector, with the streams that fill them.
 pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
     let (services, svc_stream) = cache(ctx.kernel.watched_api::<Service>(), Default::default());
-    let (slices, slice_stream) = cache(
+    let (slices, slices_by_service, slice_stream) = cache_indexed(
         ctx.kernel.watched_api::<EndpointSlice>(),
         watcher::Config::default().labels(SERVICE_NAME_LABEL),
+        slice_key,
     );
     let resolver_api: Api<Pod> =
         Api::namespaced(ctx.kernel.client.clone(), &resolver_namespace(ctx, opts));
@@ -921,6 +922,7 @@ pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
         Caches {
             services,
             slices,
+            slices_by_service,
             resolver_pods,
             deployments,
             statefulsets,
@@ -932,6 +934,15 @@ pub fn caches(ctx: &Context, opts: &Options) -> (Caches, CacheStreams) {
             workloads: workloads.boxed(),
         },
     )
+}
+
+/// `namespace/service` of an EndpointSlice (its [`SERVICE_NAME_LABEL`]).
+fn slice_key(slice: &EndpointSlice) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        slice.namespace()?,
+        slice.labels().get(SERVICE_NAME_LABEL)?
+    ))
 }
 
 /// Drops what no reader of a workload cache needs: managed fields and annotations (the
@@ -1138,9 +1149,11 @@ mod tests {
 
     /// Caches that stay empty (their writers are gone): for reconciles that never read them.
     fn no_caches() -> Caches {
+        let slices = kube::runtime::reflector::store().0;
         Caches {
             services: kube::runtime::reflector::store().0,
-            slices: kube::runtime::reflector::store().0,
+            slices_by_service: Index::new(slices.clone(), slice_key),
+            slices,
             resolver_pods: kube::runtime::reflector::store().0,
             deployments: kube::runtime::reflector::store().0,
             statefulsets: kube::runtime::reflector::store().0,
