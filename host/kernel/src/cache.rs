@@ -1,6 +1,8 @@
 //! Watch caches: a reflector store of one kind, filled by a watch whose stream also triggers
 //! reconciles (`Controller::watches_stream`). Controllers read what they depend on from these
-//! instead of asking the API server at every reconcile.
+//! instead of asking the API server at every reconcile. No cache keeps `managedFields`: no
+//! reader needs them, and on an object many field managers write (a VirtualService that
+//! hundreds of DynamicEnvs add routes to) they can be larger than the rest of it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -58,6 +60,7 @@ where
     let events = index.clone();
     let stream = watcher(api, config)
         .default_backoff()
+        .modify(|k: &mut K| k.meta_mut().managed_fields = None)
         .inspect_ok(move |event| events.apply(event))
         .reflect(writer)
         .touched_objects();
@@ -84,9 +87,13 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
+    let mut trim = trim;
     let stream = watcher(api, config)
         .default_backoff()
-        .modify(trim)
+        .modify(move |k: &mut K| {
+            k.meta_mut().managed_fields = None;
+            trim(k);
+        })
         .reflect(writer)
         .touched_objects();
     (store, stream)

@@ -1117,6 +1117,7 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
     let (de_store, de_writer) = reflector::store();
     let de_stream = watcher(de_api, ctx.kernel.cr_watcher_config())
         .default_backoff()
+        .modify(|d: &mut DynamicEnv| d.metadata.managed_fields = None)
         .reflect(de_writer)
         .applied_objects()
         .predicate_filter(
