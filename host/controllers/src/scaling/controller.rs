@@ -112,7 +112,7 @@ pub struct Caches {
     pub services: Store<Service>,
     /// EndpointSlices of the watched namespaces that carry `kubernetes.io/service-name`.
     pub slices: Store<EndpointSlice>,
-    /// `slices` by `namespace/service` ([`slice_key`]).
+    /// `slices` by `namespace/service` (their `kubernetes.io/service-name` label).
     pub slices_by_service: Index<EndpointSlice>,
     /// The resolver pods (`--resolver-selector` in the resolver namespace).
     pub resolver_pods: Store<Pod>,
