@@ -12,6 +12,10 @@
 //!   while a slow one (a hanging download) is `Loading`.
 //! - An entry that failed at its source ([`LoadError::at_source`]) is loaded again by
 //!   [`Registry::retry`], which the ConfigMap watch calls with a backoff.
+//! - A routing entry may build on another (`after: ENTRY`): [`Registry::resolve_chain_for`]
+//!   gives the entries a call goes through, the earliest first. An `after:` that names no
+//!   routing entry, the entry itself, or closes a cycle fails the entry ([`after_errors`]),
+//!   checked again on every reload since it depends on the other entries.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -89,6 +93,12 @@ impl RegistryConfig {
                      default serves resources of every namespace"
                 ));
             }
+            if let Some(base) = self.restricted_base(name) {
+                return Err(format!(
+                    "{CONFIGMAP_KEY}: defaults.{hook}: {name} builds on {base} (after), which \
+                     sets allowedNamespaces, but a default serves resources of every namespace"
+                ));
+            }
             match seen.get(name) {
                 None => {
                     return Err(format!(
@@ -106,6 +116,26 @@ impl RegistryConfig {
         Ok(())
     }
 
+    /// The first entry that entry `name` builds on (`after:`, followed while it names an
+    /// entry and closes no cycle) that sets `allowedNamespaces`, if any.
+    fn restricted_base(&self, name: &str) -> Option<&str> {
+        let mut seen = BTreeSet::from([name]);
+        let mut next = self
+            .plugins
+            .iter()
+            .find(|p| p.name == name)?
+            .after
+            .as_deref();
+        while let Some(after) = next.filter(|a| seen.insert(*a)) {
+            let base = self.plugins.iter().find(|p| p.name == after)?;
+            if base.allowed_namespaces.is_some() {
+                return Some(after);
+            }
+            next = base.after.as_deref();
+        }
+        None
+    }
+
     /// Every entry including the builtins not replaced by an entry of the same name.
     pub(crate) fn effective_plugins(&self) -> Vec<PluginSpec> {
         let mut out = self.plugins.clone();
@@ -120,6 +150,83 @@ impl RegistryConfig {
         }
         out
     }
+}
+
+/// The entries of `plugins` (every entry, the builtins included) whose `after:` cannot be
+/// used, each with why, as one sentence: `after` on an entry of another hook than routing, an
+/// `after` naming the entry itself, no entry, or an entry of another hook, and an `after` that
+/// closes a cycle (`a → b → a`: each entry of the cycle gets the error). An entry whose
+/// `after` leads into a cycle it is not part of, or to an entry that fails for another reason,
+/// is not refused here: that entry has its own error, and the chain is resolved from the
+/// versions serving ([`Registry::resolve_chain_for`]).
+///
+/// The registry fails these entries on every reload (their last good version keeps serving),
+/// and `wasmop plugin check-registry` reports them.
+pub fn after_errors(plugins: &[PluginSpec]) -> BTreeMap<String, String> {
+    let by_name: BTreeMap<&str, &PluginSpec> =
+        plugins.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut errors = BTreeMap::new();
+    for p in plugins {
+        let Some(after) = p.after.as_deref() else {
+            continue;
+        };
+        let error = if p.hook != Hook::Routing {
+            Some(format!(
+                "after applies to routing entries only, and {} is a {} entry: remove after",
+                p.name, p.hook
+            ))
+        } else if after == p.name {
+            Some(format!(
+                "after: {after} is the entry itself; name the routing entry whose answer it \
+                 refines, e.g. after: routing-istio"
+            ))
+        } else {
+            match by_name.get(after) {
+                None => Some(format!(
+                    "after: no entry named {after:?} in {CONFIGMAP_KEY}, nor a builtin; name \
+                     the routing entry whose answer it refines, e.g. after: routing-istio"
+                )),
+                Some(base) if base.hook != Hook::Routing => Some(format!(
+                    "after: {after} is a {} plugin; a routing entry refines the answer of a \
+                     routing entry",
+                    base.hook
+                )),
+                Some(_) => cycle_through(p, &by_name).map(|cycle| {
+                    format!(
+                        "after: {} is a cycle: entries cannot build on each other; remove \
+                         after from one of them",
+                        cycle.join(" → ")
+                    )
+                }),
+            }
+        };
+        if let Some(e) = error {
+            errors.insert(p.name.clone(), e);
+        }
+    }
+    errors
+}
+
+/// The names from `p` along `after:` back to `p` when they form a cycle through it.
+fn cycle_through<'a>(
+    p: &'a PluginSpec,
+    by_name: &BTreeMap<&str, &'a PluginSpec>,
+) -> Option<Vec<&'a str>> {
+    let mut path = vec![p.name.as_str()];
+    let mut current = p;
+    while let Some(next) = current.after.as_deref() {
+        if next == p.name {
+            path.push(next);
+            return Some(path);
+        }
+        if path.contains(&next) {
+            // A cycle further on, which `p` is not part of.
+            return None;
+        }
+        path.push(next);
+        current = by_name.get(next)?;
+    }
+    None
 }
 
 /// Where a component's bytes come from.
@@ -575,6 +682,9 @@ pub struct Snapshot {
     /// Entries of the latest config still loading when an interim snapshot was swapped in
     /// ([`Registry::apply_notifying`]).
     loading: BTreeSet<String>,
+    /// Entries failed for their `after:` ([`after_errors`]): checked again on every reload,
+    /// since the entries they name may have changed.
+    after_failed: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -675,6 +785,24 @@ pub enum ResolveError {
         /// Its load error.
         error: String,
     },
+    /// The entry builds on another (`after:`) that cannot be used.
+    #[error("plugin {name:?} builds on {after:?} (after), which cannot be used: {error}")]
+    After {
+        /// Entry name.
+        name: String,
+        /// The entry it builds on.
+        after: String,
+        /// Why that one cannot be used.
+        error: Box<ResolveError>,
+    },
+    /// The versions serving build on each other in a cycle (a newer version of one of them,
+    /// which would break it, failed to load). Each name is the next one's `after`.
+    #[error(
+        "plugins {} build on each other in a cycle (after), as the versions serving are; one \
+         of them has a newer version that failed to load: see its PluginReady and fix it",
+        .0.join(" → ")
+    )]
+    Cycle(Vec<String>),
 }
 
 /// The live registry: loaded plugins behind an atomically swapped snapshot.
@@ -761,78 +889,207 @@ impl Registry {
         name: Option<&str>,
         requester: Option<Option<&str>>,
     ) -> Result<Arc<Plugin>, ResolveError> {
-        let snap = self.current.load();
-        let name = snap.entry_name(hook, name);
-        let Some(spec) = snap.specs.get(&name) else {
-            return Err(ResolveError::NotFound(name));
-        };
-        if let Some(namespace) = requester
-            && !spec.allows(namespace)
-        {
-            return Err(ResolveError::NotAllowed {
-                name,
-                place: place(namespace),
-            });
-        }
-        if spec.hook != hook {
-            return Err(ResolveError::WrongHook {
-                name,
-                found: spec.hook,
-                want: hook,
-            });
-        }
-        match snap.plugins.get(&name) {
-            Some(p) => Ok(p.clone()),
-            None => Err(ResolveError::NotLoaded {
-                error: if snap.loading.contains(&name) {
-                    LOADING.to_owned()
-                } else {
-                    snap.errors
-                        .get(&name)
-                        .cloned()
-                        .unwrap_or_else(|| "not loaded yet".into())
-                },
-                name,
-            }),
-        }
+        resolve_in(&self.current.load(), hook, name, requester)
     }
 
+    /// The plugins a call of `hook` for entry `name` (or the hook's default) goes through, the
+    /// earliest first: the entries it builds on (`after:` of each version serving, followed
+    /// back), then the entry itself. Without `after:`, just the entry.
+    ///
+    /// # Errors
+    /// As [`Registry::resolve`] for the entry, [`ResolveError::After`] when an entry it builds
+    /// on cannot be resolved, [`ResolveError::Cycle`] when the versions serving form a cycle.
+    pub fn resolve_chain(
+        &self,
+        hook: Hook,
+        name: Option<&str>,
+    ) -> Result<Vec<Arc<Plugin>>, ResolveError> {
+        self.chain_with(hook, name, None)
+    }
+
+    /// [`Registry::resolve_chain`] for a resource in `namespace` (`None`: a cluster-scoped
+    /// one): every entry of the chain must allow it (`allowedNamespaces`).
+    ///
+    /// # Errors
+    /// As [`Registry::resolve_chain`], and [`ResolveError::NotAllowed`] (of the entry, or
+    /// within [`ResolveError::After`] for one it builds on).
+    pub fn resolve_chain_for(
+        &self,
+        hook: Hook,
+        name: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Arc<Plugin>>, ResolveError> {
+        self.chain_with(hook, name, Some(namespace))
+    }
+
+    fn chain_with(
+        &self,
+        hook: Hook,
+        name: Option<&str>,
+        requester: Option<Option<&str>>,
+    ) -> Result<Vec<Arc<Plugin>>, ResolveError> {
+        let snap = self.current.load();
+        let mut chain = vec![resolve_in(&snap, hook, name, requester)?];
+        while let Some(last) = chain.last().map(|p| p.spec().clone())
+            && let Some(after) = last.after
+        {
+            if chain.iter().any(|p| p.spec().name == after) {
+                let mut names: Vec<String> = chain.iter().map(|p| p.spec().name.clone()).collect();
+                names.push(after);
+                return Err(ResolveError::Cycle(names));
+            }
+            let base = resolve_in(&snap, hook, Some(&after), requester).map_err(|e| {
+                ResolveError::After {
+                    name: last.name.clone(),
+                    after: after.clone(),
+                    error: Box::new(e),
+                }
+            })?;
+            chain.push(base);
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+}
+
+/// [`Registry::resolve_with`] on the snapshot `snap`.
+fn resolve_in(
+    snap: &Snapshot,
+    hook: Hook,
+    name: Option<&str>,
+    requester: Option<Option<&str>>,
+) -> Result<Arc<Plugin>, ResolveError> {
+    let name = snap.entry_name(hook, name);
+    let Some(spec) = snap.specs.get(&name) else {
+        return Err(ResolveError::NotFound(name));
+    };
+    if let Some(namespace) = requester
+        && !spec.allows(namespace)
+    {
+        return Err(ResolveError::NotAllowed {
+            name,
+            place: place(namespace),
+        });
+    }
+    if spec.hook != hook {
+        return Err(ResolveError::WrongHook {
+            name,
+            found: spec.hook,
+            want: hook,
+        });
+    }
+    match snap.plugins.get(&name) {
+        Some(p) => Ok(p.clone()),
+        None => Err(ResolveError::NotLoaded {
+            error: if snap.loading.contains(&name) {
+                LOADING.to_owned()
+            } else {
+                snap.errors
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| "not loaded yet".into())
+            },
+            name,
+        }),
+    }
+}
+
+/// The status of entry `name` (or the hook's default) for a CR of `hook`: its own
+/// ([`status_of`]), `WrongHook` when it implements another hook, and for a resource
+/// (`requester` `Some(namespace)`) `NotAllowed` when its `allowedNamespaces` leaves it out.
+fn entry_status(
+    snap: &Snapshot,
+    hook: Hook,
+    name: Option<&str>,
+    requester: Option<Option<&str>>,
+) -> PluginStatus {
+    let name = snap.entry_name(hook, name);
+    let mut status = status_of(snap, &name);
+    if let Some(found) = status.hook.filter(|&h| h != hook) {
+        status.ready = false;
+        status.reason = "WrongHook".into();
+        status.message = format!("it is a {found} plugin; this resource needs a {hook} plugin");
+    }
+    if let Some(namespace) = requester
+        && let Some(spec) = snap.specs.get(&status.name)
+        && !spec.allows(namespace)
+    {
+        status.ready = false;
+        status.reason = "NotAllowed".into();
+        status.message = format!(
+            "it may not be used {}: its allowedNamespaces does not include it",
+            place(namespace)
+        );
+    }
+    status
+}
+
+/// [`entry_status`], not ready when an entry it builds on (`after:` of the versions serving)
+/// is not, with that entry's reason; when ready, its message names them.
+fn chain_status(
+    snap: &Snapshot,
+    hook: Hook,
+    name: Option<&str>,
+    requester: Option<Option<&str>>,
+) -> PluginStatus {
+    let mut status = entry_status(snap, hook, name, requester);
+    if !status.ready {
+        return status;
+    }
+    let after_of = |name: &str| snap.plugins.get(name).and_then(|p| p.spec().after.clone());
+    let mut chain = vec![status.name.clone()];
+    let mut next = after_of(&status.name);
+    while let Some(after) = next {
+        if chain.contains(&after) {
+            chain.push(after);
+            status.ready = false;
+            status.reason = "NotLoaded".into();
+            status.message = ResolveError::Cycle(chain).to_string();
+            return status;
+        }
+        let base = entry_status(snap, hook, Some(&after), requester);
+        if !base.ready {
+            status.ready = false;
+            status.reason = base.reason;
+            status.message = format!(
+                "it builds on {after} (after), which is not ready: {}",
+                base.message
+            );
+            return status;
+        }
+        next = after_of(&after);
+        chain.push(after);
+    }
+    if chain.len() > 1 {
+        status.message = format!(
+            "{}; builds on {}",
+            status.message,
+            chain[1..].join(", which builds on ")
+        );
+    }
+    status
+}
+
+impl Registry {
     /// The readiness of the plugin a CR of `hook` naming `name` (or none) uses: the entry's
     /// own status, or `WrongHook` (not ready) when the entry implements another hook, as
-    /// [`Registry::resolve`] refuses it.
+    /// [`Registry::resolve`] refuses it. An entry that builds on others (`after:`) is ready
+    /// only when they are too: otherwise it takes the reason of the first that is not, and
+    /// says so; a ready one's message names them.
     pub fn status(&self, hook: Hook, name: Option<&str>) -> PluginStatus {
-        let snap = self.current.load();
-        let name = snap.entry_name(hook, name);
-        let mut status = status_of(&snap, &name);
-        if let Some(found) = status.hook.filter(|&h| h != hook) {
-            status.ready = false;
-            status.reason = "WrongHook".into();
-            status.message = format!("it is a {found} plugin; this resource needs a {hook} plugin");
-        }
-        status
+        chain_status(&self.current.load(), hook, name, None)
     }
 
     /// [`Registry::status`] for a resource in `namespace` (`None`: a cluster-scoped one):
-    /// `NotAllowed` (not ready) when the entry's `allowedNamespaces` leaves it out.
+    /// `NotAllowed` (not ready) when the `allowedNamespaces` of the entry, or of an entry it
+    /// builds on, leaves it out.
     pub fn status_for(
         &self,
         hook: Hook,
         name: Option<&str>,
         namespace: Option<&str>,
     ) -> PluginStatus {
-        let mut status = self.status(hook, name);
-        let snap = self.current.load();
-        if let Some(spec) = snap.specs.get(&status.name)
-            && !spec.allows(namespace)
-        {
-            status.ready = false;
-            status.reason = "NotAllowed".into();
-            status.message = format!(
-                "it may not be used {}: its allowedNamespaces does not include it",
-                place(namespace)
-            );
-        }
-        status
+        chain_status(&self.current.load(), hook, name, Some(namespace))
     }
 
     /// The sha256 digests of the components serving calls: each entry's latest version, or
@@ -901,9 +1158,29 @@ impl Registry {
             ..Snapshot::default()
         };
         let mut changed = Vec::new();
-        for spec in config.effective_plugins() {
+        let mut report = ReloadReport::default();
+        let specs = config.effective_plugins();
+        let after_errors = after_errors(&specs);
+        for spec in specs {
             let name = spec.name.clone();
-            let unchanged = old.specs.get(&name) == Some(&spec) && !old.loading.contains(&name);
+            if let Some(e) = after_errors.get(&name) {
+                let message = format!("invalid {CONFIGMAP_KEY} entry: {e}");
+                next.keep_serving(&old, &spec);
+                // Reported once while it stays the same, as a failed load is.
+                let known = old.after_failed.contains(&name)
+                    && old.errors.get(&name) == Some(&message)
+                    && old.specs.get(&name) == Some(&spec);
+                if !known {
+                    report.failed.push((name.clone(), message.clone()));
+                }
+                next.errors.insert(name.clone(), message);
+                next.after_failed.insert(name.clone());
+                next.specs.insert(name, spec);
+                continue;
+            }
+            let unchanged = old.specs.get(&name) == Some(&spec)
+                && !old.loading.contains(&name)
+                && !old.after_failed.contains(&name);
             if unchanged {
                 if let Some(p) = old.plugins.get(&name) {
                     next.plugins.insert(name.clone(), p.clone());
@@ -927,7 +1204,6 @@ impl Registry {
             loads.push(self.load_labelled(spec, fetch));
         }
         let mut loads = futures::stream::iter(loads).buffer_unordered(CONCURRENT_LOADS);
-        let mut report = ReloadReport::default();
         if let Some(wait) = wait {
             let deadline = tokio::time::sleep(wait);
             tokio::pin!(deadline);
@@ -1376,6 +1652,213 @@ defaults: { routing: istio-routing, scaling: custom }
             RegistryConfig::parse(&format!("{doc}defaults: {{routing: team-a}}\n")).unwrap_err();
         assert!(
             e.contains("defaults.routing: team-a sets allowedNamespaces"),
+            "{e}"
+        );
+    }
+
+    /// A runtime for tests of the registry.
+    fn test_runtime() -> Arc<PluginRuntime> {
+        PluginRuntime::new(crate::runtime::RuntimeOptions {
+            cache_dir: None,
+            max_concurrent_calls: 1,
+            pooling: false,
+            extra_ca_pem: None,
+        })
+        .unwrap()
+    }
+
+    /// A routing entry serving the builtin `routing-istio`, with `extra` fields (YAML flow).
+    fn routing_entry(name: &str, extra: &str) -> String {
+        format!("  - {{name: {name}, hook: routing, source: 'builtin://routing-istio'{extra}}}\n")
+    }
+
+    #[test]
+    fn an_after_that_names_no_routing_entry_or_closes_a_cycle_is_refused() {
+        let errors = |entries: &[String]| {
+            let doc = format!("plugins:\n{}", entries.concat());
+            let config = RegistryConfig::parse(&doc).expect("after is the entry's own mistake");
+            after_errors(&config.effective_plugins())
+        };
+        let e = errors(&[routing_entry("a", ", after: a")]);
+        assert!(e["a"].contains("after: a is the entry itself"), "{e:?}");
+        let e = errors(&[routing_entry("a", ", after: nope")]);
+        assert!(
+            e["a"].contains("after: no entry named \"nope\" in plugins.yaml, nor a builtin"),
+            "{e:?}"
+        );
+        let e = errors(&[routing_entry("a", ", after: dr-lease")]);
+        assert!(e["a"].contains("after: dr-lease is a dr plugin"), "{e:?}");
+        let e = errors(&["  - {name: s, hook: scaling, source: 'builtin://scaling-prometheus', after: routing-istio}\n".to_owned()]);
+        assert!(
+            e["s"].contains("after applies to routing entries only, and s is a scaling entry"),
+            "{e:?}"
+        );
+        // A cycle fails each of its entries, naming it from there; an entry that builds on
+        // the cycle without being part of it, and one building on a builtin, are fine.
+        let e = errors(&[
+            routing_entry("a", ", after: b"),
+            routing_entry("b", ", after: c"),
+            routing_entry("c", ", after: a"),
+            routing_entry("d", ", after: a"),
+            routing_entry("e", ", after: routing-istio"),
+        ]);
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(e["a"].contains("after: a → b → c → a is a cycle"), "{e:?}");
+        assert!(e["b"].contains("after: b → c → a → b is a cycle"), "{e:?}");
+        assert!(e["c"].contains("remove after from one of them"), "{e:?}");
+    }
+
+    /// An entry whose `after` is refused fails alone, its last good version serving; it is
+    /// checked again on every reload, so it loads once the entry it names is fixed even though
+    /// its own spec did not change.
+    #[tokio::test]
+    async fn a_refused_after_fails_its_entry_until_the_other_entry_is_fixed() {
+        let registry = Registry::new(test_runtime());
+        let fetch = LocalFetch::default();
+        let apply = async |entries: &[String]| {
+            let doc = format!("plugins:\n{}", entries.concat());
+            registry
+                .apply(RegistryConfig::parse(&doc).unwrap(), &fetch)
+                .await
+        };
+        let report = apply(&[
+            routing_entry("base", ""),
+            routing_entry("refine", ", after: base"),
+        ])
+        .await;
+        assert!(report.failed.is_empty(), "{report:?}");
+        let chain: Vec<String> = registry
+            .resolve_chain(Hook::Routing, Some("refine"))
+            .unwrap()
+            .iter()
+            .map(|p| p.spec().name.clone())
+            .collect();
+        assert_eq!(chain, ["base", "refine"]);
+        let status = registry.status(Hook::Routing, Some("refine"));
+        assert!(status.ready, "{status:?}");
+        assert!(status.message.ends_with("; builds on base"), "{status:?}");
+
+        // `base` now builds on `refine`: both are refused, and keep serving as they were.
+        let report = apply(&[
+            routing_entry("base", ", after: refine"),
+            routing_entry("refine", ", after: base"),
+        ])
+        .await;
+        let failed: Vec<&str> = report.failed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(failed, ["base", "refine"], "{report:?}");
+        assert!(
+            report.failed[0]
+                .1
+                .starts_with("invalid plugins.yaml entry: after: base → refine → base is a cycle"),
+            "{report:?}"
+        );
+        let status = registry.status(Hook::Routing, Some("refine"));
+        assert_eq!(status.reason, "LoadFailed", "{status:?}");
+        assert!(status.message.contains("is a cycle"), "{status:?}");
+        assert!(
+            status.message.contains("the previous version"),
+            "{status:?}"
+        );
+        assert_eq!(
+            registry
+                .resolve_chain(Hook::Routing, Some("refine"))
+                .unwrap()
+                .len(),
+            2,
+            "the last good versions serve"
+        );
+        // The same mistake on the next reload is not reported again.
+        let again = apply(&[
+            routing_entry("base", ", after: refine"),
+            routing_entry("refine", ", after: base"),
+        ])
+        .await;
+        assert_eq!(again, ReloadReport::default());
+        assert_eq!(
+            registry.status(Hook::Routing, Some("refine")).reason,
+            "LoadFailed"
+        );
+
+        // Fixed by changing `base` alone: `refine`, unchanged, loads again.
+        let report = apply(&[
+            routing_entry("base", ""),
+            routing_entry("refine", ", after: base"),
+        ])
+        .await;
+        assert!(report.failed.is_empty(), "{report:?}");
+        assert_eq!(report.loaded, ["base", "refine"], "{report:?}");
+        assert!(registry.status(Hook::Routing, Some("refine")).ready);
+
+        // A new entry naming one that fails to load has nothing to serve: it resolves with
+        // the error of the one it builds on, and its status says which.
+        let report = apply(&[
+            "  - {name: broken, hook: routing, source: 'file:///nowhere.wasm'}\n".to_owned(),
+            routing_entry("fresh", ", after: broken"),
+        ])
+        .await;
+        let failed: Vec<&str> = report.failed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(failed, ["broken"], "{report:?}");
+        let e = registry
+            .resolve_chain(Hook::Routing, Some("fresh"))
+            .unwrap_err();
+        assert!(matches!(e, ResolveError::After { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "plugin \"fresh\" builds on \"broken\" (after), which cannot be used: plugin \"broken\" is not loaded: invalid plugins.yaml entry: sha256 is required"
+            ),
+            "{e}"
+        );
+        let status = registry.status(Hook::Routing, Some("fresh"));
+        assert!(!status.ready);
+        assert_eq!(status.reason, "NotLoaded");
+        assert!(
+            status.message.starts_with(
+                "it builds on broken (after), which is not ready: invalid plugins.yaml entry"
+            ),
+            "{status:?}"
+        );
+    }
+
+    /// Every entry of a chain must allow the resource's namespace; a default cannot build on
+    /// an entry with `allowedNamespaces`.
+    #[tokio::test]
+    async fn every_entry_of_a_chain_must_allow_the_namespace() {
+        let doc = format!(
+            "plugins:\n{}{}",
+            routing_entry("team-a", ", allowedNamespaces: [a]"),
+            routing_entry("refine", ", after: team-a")
+        );
+        let registry = Registry::new(test_runtime());
+        let report = registry
+            .apply(RegistryConfig::parse(&doc).unwrap(), &LocalFetch::default())
+            .await;
+        assert!(report.failed.is_empty(), "{report:?}");
+        assert!(
+            registry
+                .resolve_chain_for(Hook::Routing, Some("refine"), Some("a"))
+                .is_ok()
+        );
+        let e = registry
+            .resolve_chain_for(Hook::Routing, Some("refine"), Some("b"))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("builds on \"team-a\" (after), which cannot be used: plugin \"team-a\" may not be used in namespace b"),
+            "{e}"
+        );
+        let status = registry.status_for(Hook::Routing, Some("refine"), Some("b"));
+        assert_eq!(status.reason, "NotAllowed", "{status:?}");
+        assert!(
+            registry
+                .status_for(Hook::Routing, Some("refine"), Some("a"))
+                .ready
+        );
+
+        let e =
+            RegistryConfig::parse(&format!("{doc}defaults: {{routing: refine}}\n")).unwrap_err();
+        assert!(
+            e.contains(
+                "defaults.routing: refine builds on team-a (after), which sets allowedNamespaces"
+            ),
             "{e}"
         );
     }

@@ -185,6 +185,13 @@ pub struct PluginSpec {
     /// with reason `NotAllowed` and the entry is never called for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<Vec<String>>,
+    /// Routing entries only: the entry whose answer this one refines. Each call goes to that
+    /// entry first (and to the one it builds on, if any); this entry then gets the
+    /// VirtualService with those routes applied. It must name another routing entry (or a
+    /// builtin) without forming a cycle, or this entry fails to load
+    /// ([`crate::registry::after_errors`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 impl PluginSpec {
@@ -202,6 +209,7 @@ impl PluginSpec {
             grants: Grants::default(),
             failure_policy: FailurePolicy::Fail,
             allowed_namespaces: None,
+            after: None,
         }
     }
 
