@@ -196,6 +196,13 @@ pub struct ResourceStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub skipped_routes: Vec<String>,
+    /// For a VirtualService only: the router plugins (registry entries) whose answers made the
+    /// subset's routes in it, in call order: those the DynamicEnv's plugin builds on (`after:`
+    /// in the registry), then that plugin. A refining plugin whose call failed under
+    /// `failurePolicy: Ignore` is left out (docs/routing.md, "Refining a router: `after`");
+    /// omitted when no plugin answered.
+    #[serde(rename = "decidedBy", default, skip_serializing_if = "Vec::is_empty")]
+    pub decided_by: Vec<String>,
 }
 
 /// An error attached to a status entry (de-duplicated by text; cleared once fixed).

@@ -60,12 +60,12 @@ use super::plan::{
     fingerprint_destination_rule, fingerprint_service, fingerprint_virtual_service, plan,
     removal_snapshot, run_chain,
 };
-use super::router::{Router, Unavailable, WasmRouter};
+use super::router::{Router, Unavailable, wasm_chain};
 use super::snapshot::Snapshot;
 use crate::Context;
 use wasmop_api::dynamicenv::{DynamicEnv, DynamicEnvStatus, StatusError};
 use wasmop_kernel::conditions;
-use wasmop_plugin_host::{FailurePolicy, Hook};
+use wasmop_plugin_host::Hook;
 
 /// The finalizer on every DynamicEnv: deleting one removes its clones and DestinationRules and
 /// restores every VirtualService it changed.
@@ -269,18 +269,24 @@ impl Routing {
         }
     }
 
-    /// The router `de` uses: its `spec.plugin`, else the registry's default.
+    /// The router `de` uses: its `spec.plugin`, else the registry's default, refining the
+    /// answers of the entries it builds on (`after:`), if any.
     fn router_for(&self, de: &DynamicEnv) -> Arc<dyn Router> {
-        match self.ctx.plugins.resolve_for(
+        let chain = self.ctx.plugins.resolve_chain_for(
             Hook::Routing,
             de.spec.plugin.as_deref(),
             de.metadata.namespace.as_deref(),
-        ) {
-            Ok(p) => Arc::new(WasmRouter(p)),
-            Err(e) => Arc::new(Unavailable {
+        );
+        let unavailable = |reason: String| -> Arc<dyn Router> {
+            Arc::new(Unavailable {
                 name: de.spec.plugin.clone().unwrap_or_else(|| "(default)".into()),
-                reason: e.to_string(),
-            }),
+                reason,
+            })
+        };
+        match chain {
+            Ok(plugins) => wasm_chain(plugins)
+                .unwrap_or_else(|| unavailable("the registry resolved no plugin".into())),
+            Err(e) => unavailable(e.to_string()),
         }
     }
 
@@ -720,33 +726,23 @@ impl Routing {
         let router = self.router_for(&de);
         let snapshot = self.snapshot_for(&de);
         let plan = plan(&snapshot, &router, &self.cfg).await;
-        let mut failures = Vec::new();
-        for r in plan.ir.resources().filter(|r| r.kind == "VirtualService") {
-            for c in &r.routes {
-                if let Some(message) = c.outcome.strip_prefix("failed: ") {
-                    failures.push((r.key.clone(), message.to_owned()));
-                }
-            }
-        }
-        for (vs, message) in failures {
-            {
-                let policy = router.failure_policy();
-                metrics()
-                    .router_failures
-                    .get_or_create(&FailureLabels {
-                        plugin: router.name().to_owned(),
-                        policy: format!("{policy:?}"),
-                    })
-                    .inc();
-                let note = match policy {
-                    FailurePolicy::Fail => format!("{vs}: {message}"),
-                    FailurePolicy::Ignore => format!(
-                        "{vs}: {message} (failurePolicy Ignore: the VirtualService is left as it is)"
-                    ),
-                };
-                self.event(&de, None, true, "RouterFailed", "Route", note)
-                    .await;
-            }
+        for failure in &plan.failures {
+            metrics()
+                .router_failures
+                .get_or_create(&FailureLabels {
+                    plugin: failure.plugin.clone(),
+                    policy: format!("{:?}", failure.policy),
+                })
+                .inc();
+            self.event(
+                &de,
+                None,
+                true,
+                "RouterFailed",
+                "Route",
+                failure.note.clone(),
+            )
+            .await;
         }
         let mut status = plan.status.get(&key).cloned().unwrap_or_default();
         let refusals = self.write(&de, &snapshot, &plan, router.as_ref()).await?;

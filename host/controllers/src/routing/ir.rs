@@ -52,8 +52,14 @@ pub struct RouteCallRecord {
     pub host: String,
     /// The route prefix the plugin was given.
     pub route_prefix: String,
-    /// `routed: N routes`, `no route to copy`, or `failed: <message>`.
+    /// `routed: N routes` (then `; ` and the routes that got no copy, and the refining
+    /// routers that failed under `failurePolicy: Ignore`), `no route to copy`, or `failed:
+    /// <message>`.
     pub outcome: String,
+    /// The routers whose answers made the routes, in call order: those the DynamicEnv's router
+    /// builds on (`after:`), then that router. Empty (and left out) for a failed call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decided_by: Vec<String>,
 }
 
 /// The IR: resources by key.

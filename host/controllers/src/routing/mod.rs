@@ -36,7 +36,7 @@ use crate::Context;
 pub use error::Error;
 pub use options::Options;
 pub use plan::{Plan, PlanConfig, plan};
-pub use router::{Router, WasmRouter};
+pub use router::{Refining, Router, WasmRouter, wasm_chain};
 pub use snapshot::Snapshot;
 
 /// Output format of `wasmop plan`.

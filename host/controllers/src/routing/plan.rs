@@ -24,7 +24,8 @@
 //!    of one Deployment gets routes for each (upstream: the first only). The router must leave
 //!    every route not named with its prefix as it was, in order; an answer that does not is an
 //!    error. So removing the routes named with a DynamicEnv's prefixes restores a
-//!    VirtualService exactly.
+//!    VirtualService exactly. A router that refines another's answer (`after:`) is called
+//!    after it on what it answered, and its answer is checked the same way (`run_chain`).
 //! 6. **Garbage**: objects annotated as made by the DynamicEnv that the plan no longer wants,
 //!    and routes named with its token that no call produced, are removed; subsets that left
 //!    the spec show `removing` until their objects are gone.
@@ -47,7 +48,7 @@ use super::clone::{self, CloneSpec, status};
 use super::ir::{self, Ir, RouteCallRecord};
 use super::istio::{self, DestinationRule, VirtualService};
 use super::names;
-use super::router::{Answers, Router};
+use super::router::{self, Answers, Router, chain_identity};
 use super::snapshot::Snapshot;
 use wasmop_api::dynamicenv::{
     ConsumerStatus, DynamicEnv, DynamicEnvStatus, ResourceStatus, StatusError, Subset,
@@ -97,6 +98,25 @@ pub struct Plan {
     /// What each DynamicEnv (`namespace/name`) read, for the controller's watches.
     #[serde(skip)]
     pub interest: BTreeMap<String, Interest>,
+    /// The router calls that failed, in the order of the IR, for the controller's Events and
+    /// metrics.
+    #[serde(skip)]
+    pub failures: Vec<RouterFailure>,
+}
+
+/// A router call that failed (the call, or a refining router's part of it under
+/// `failurePolicy: Ignore`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouterFailure {
+    /// IR key of the VirtualService.
+    pub virtual_service: String,
+    /// The registry name of the router that failed.
+    pub plugin: String,
+    /// The policy that applied: its `failurePolicy`, or `Fail` for an invalid answer.
+    pub policy: FailurePolicy,
+    /// What happened and what was done instead, for a Warning Event: the VirtualService's key
+    /// and the error, and under `Ignore` what was kept.
+    pub note: String,
 }
 
 /// Whether an applied object is new.
@@ -215,12 +235,20 @@ pub(crate) enum Outcome {
         /// Routes to the default version without a copy for every istioMatch
         /// ([`answer::uncopied`]).
         skipped: Vec<String>,
+        /// The routers whose answers made the routes, in call order (those the router builds
+        /// on first).
+        decided_by: Vec<String>,
+        /// Refining routers whose call failed under `failurePolicy: Ignore`, with the error:
+        /// the answer before them stands.
+        ignored: Vec<(String, String)>,
     },
-    /// The router failed; the VirtualService is left as the previous call left it.
+    /// A router of the chain failed; the VirtualService is left as the previous call left it.
     Failed {
+        /// The router that failed.
+        plugin: String,
         /// The error.
         message: String,
-        /// The router's failure policy.
+        /// The failure policy that applies (`Fail` for an invalid answer).
         policy: FailurePolicy,
     },
 }
@@ -608,27 +636,69 @@ pub async fn plan(snapshot: &Snapshot, router: &Arc<dyn Router>, cfg: &PlanConfi
     }
 
     let mut routes = Vec::new();
+    let mut failures = Vec::new();
     for (key, (http, outcomes)) in results {
         let (ns, name) = split_key(&key);
         let vs = index.virtual_services[&(ns, name)];
         let res = ir.add(&key, "VirtualService", vs_location(vs));
         for (call, outcome) in chains[&key].calls.iter().zip(&outcomes) {
+            let (outcome, decided_by) = match outcome {
+                Outcome::Routed {
+                    routes,
+                    skipped,
+                    decided_by,
+                    ignored,
+                } => {
+                    let mut notes: Vec<String> = skipped.clone();
+                    for (plugin, message) in ignored {
+                        let before = decided_by.join(", then ");
+                        let note = format!(
+                            "{message} (failurePolicy Ignore: the answer of {before} is used as \
+                             it is)"
+                        );
+                        failures.push(RouterFailure {
+                            virtual_service: key.clone(),
+                            plugin: plugin.clone(),
+                            policy: FailurePolicy::Ignore,
+                            note: format!("{key}: {note}"),
+                        });
+                        notes.push(format!("{plugin} failed: {note}"));
+                    }
+                    let text = if *routes == 0 && notes.is_empty() {
+                        "no route to copy".to_owned()
+                    } else if notes.is_empty() {
+                        format!("routed: {routes} routes")
+                    } else {
+                        format!("routed: {routes} routes; {}", notes.join("; "))
+                    };
+                    (text, decided_by.clone())
+                }
+                Outcome::Failed {
+                    plugin,
+                    message,
+                    policy,
+                } => {
+                    failures.push(RouterFailure {
+                        virtual_service: key.clone(),
+                        plugin: plugin.clone(),
+                        policy: *policy,
+                        note: match policy {
+                            FailurePolicy::Fail => format!("{key}: {message}"),
+                            FailurePolicy::Ignore => format!(
+                                "{key}: {message} (failurePolicy Ignore: the VirtualService is \
+                                 left as it is)"
+                            ),
+                        },
+                    });
+                    (format!("failed: {message}"), Vec::new())
+                }
+            };
             res.routes.push(RouteCallRecord {
                 subset: call.subset.clone(),
                 host: call.request.host.clone(),
                 route_prefix: call.request.route_prefix.clone(),
-                outcome: match outcome {
-                    Outcome::Routed { routes: 0, skipped } if skipped.is_empty() => {
-                        "no route to copy".into()
-                    }
-                    Outcome::Routed { routes, skipped } if skipped.is_empty() => {
-                        format!("routed: {routes} routes")
-                    }
-                    Outcome::Routed { routes, skipped } => {
-                        format!("routed: {routes} routes; {}", skipped.join("; "))
-                    }
-                    Outcome::Failed { message, .. } => format!("failed: {message}"),
-                },
+                outcome,
+                decided_by,
             });
         }
         let before = vs.spec.http.as_deref().unwrap_or_default();
@@ -656,6 +726,7 @@ pub async fn plan(snapshot: &Snapshot, router: &Arc<dyn Router>, cfg: &PlanConfi
         status: statuses,
         chains,
         interest: interests,
+        failures,
     }
 }
 
@@ -741,18 +812,41 @@ fn vs_json(vs: &VirtualService, http: &[Value]) -> String {
     .unwrap_or_default()
 }
 
-/// Runs `chain` on `vs`: removes the routes `chain.strip` drops, then makes each call on the
-/// result of the previous one. A failed call, or an answer that changed a route not named
-/// with the call's prefix, leaves the list as it was and is reported in its [`Outcome`]. An
-/// answer whose own routes are the ones already there, only at other places, is not taken,
-/// so that planning again on an unchanged cluster writes nothing.
-/// Returns the final `spec.http` and one outcome per call.
 /// The answers every plan of this process reuses ([`Answers`]).
 fn answers() -> &'static Answers {
     static ANSWERS: std::sync::OnceLock<Answers> = std::sync::OnceLock::new();
     ANSWERS.get_or_init(Answers::default)
 }
 
+/// The answer of one call through every router of a chain.
+struct Decided {
+    /// The new `spec.http`.
+    http: Vec<Value>,
+    /// The routers whose answers made it, in call order.
+    decided_by: Vec<String>,
+    /// Refining routers whose call failed under `failurePolicy: Ignore`, with the error.
+    ignored: Vec<(String, String)>,
+}
+
+/// A call that failed: the router that failed, its error and the policy that applies.
+struct CallFailed {
+    plugin: String,
+    message: String,
+    policy: FailurePolicy,
+}
+
+/// Runs `chain` on `vs`: removes the routes `chain.strip` drops, then makes each call on the
+/// result of the previous one, through every router of `router`'s chain ([`router::stages`]:
+/// the routers it builds on first, each given the VirtualService as the one before left it).
+/// Every router's answer is checked ([`answer::check`]) against the routes it was given, so the
+/// final answer passes the checks against the VirtualService the call started from. A failed
+/// call, or an answer that changed a route not named with the call's prefix, leaves the list as
+/// it was and is reported in its [`Outcome`], with the failing router's policy; a refining
+/// router that fails under `failurePolicy: Ignore` leaves the answer before it as it is. An
+/// answer whose own routes are the ones already there, only at other places, is not taken, so
+/// that planning again on an unchanged cluster writes nothing. An answer through the whole
+/// chain is kept for reuse, under the identities of all its routers ([`chain_identity`]).
+/// Returns the final `spec.http` and one outcome per call.
 pub(crate) async fn run_chain(
     router: &dyn Router,
     vs: &VirtualService,
@@ -760,9 +854,10 @@ pub(crate) async fn run_chain(
 ) -> (Vec<Value>, Vec<Outcome>) {
     let mut http = vs.spec.http.clone().unwrap_or_default();
     http.retain(|r| !istio::route_name(r).is_some_and(|n| chain.strip.drops(n)));
-    let (ns, name) = ns_name(&vs.metadata);
+    let (ns, _) = ns_name(&vs.metadata);
     let mut outcomes = Vec::with_capacity(chain.calls.len());
-    let identity = router.identity();
+    let stages = router::stages(router);
+    let identity = chain_identity(&stages);
     for call in &chain.calls {
         let prefix = call.request.route_prefix.as_str();
         let mut request = call.request.clone();
@@ -771,35 +866,33 @@ pub(crate) async fn run_chain(
         let owned = |r: &Value| istio::route_name(r).is_some_and(|n| n.starts_with(prefix));
         let kept = key.and_then(|k| answers().get(k, &http, owned));
         let answer = match kept {
-            Some(out) => Ok(out),
-            None => match router.route(request).await {
-                Ok(out) => match answer::check(&call.request, ns, &http, &out) {
-                    Ok(()) => {
-                        if let Some(k) = key {
-                            answers().put(k, &out, owned);
-                        }
-                        Ok(out)
-                    }
-                    // Invalid output fails the call whatever the entry's failurePolicy says: a
-                    // router that answers routes it may not write is broken, not unavailable.
-                    Err(e) => Err((
-                        format!(
-                            "plugin {:?} gave invalid output for VirtualService {ns}/{name}: {e}; \
-                         the VirtualService is left as it was",
-                            router.name()
-                        ),
-                        FailurePolicy::Fail,
-                    )),
-                },
-                Err(e) => Err((e, router.failure_policy())),
-            },
+            Some(out) => Ok(Decided {
+                http: out,
+                decided_by: stages.iter().map(|s| s.name().to_owned()).collect(),
+                ignored: Vec::new(),
+            }),
+            None => {
+                let decided =
+                    decide(&stages, &call.request, request.virtual_service, vs, &http).await;
+                // An answer a refining router did not refine is not the chain's: not kept.
+                if let (Ok(d), Some(k)) = (&decided, key)
+                    && d.ignored.is_empty()
+                {
+                    answers().put(k, &d.http, owned);
+                }
+                decided
+            }
         };
         outcomes.push(match answer {
-            Ok(out) => {
+            Ok(Decided {
+                http: out,
+                decided_by,
+                ignored,
+            }) => {
                 let ours = |list: &[Value]| -> Vec<u64> {
                     let mut v: Vec<u64> = list
                         .iter()
-                        .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(prefix)))
+                        .filter(|r| owned(r))
                         .map(|r| {
                             let mut h = DefaultHasher::new();
                             hash_value(r, &mut h);
@@ -818,12 +911,82 @@ pub(crate) async fn run_chain(
                 if mine != ours(&http) {
                     http = out;
                 }
-                Outcome::Routed { routes, skipped }
+                Outcome::Routed {
+                    routes,
+                    skipped,
+                    decided_by,
+                    ignored,
+                }
             }
-            Err((message, policy)) => Outcome::Failed { message, policy },
+            Err(CallFailed {
+                plugin,
+                message,
+                policy,
+            }) => Outcome::Failed {
+                plugin,
+                message,
+                policy,
+            },
         });
     }
     (http, outcomes)
+}
+
+/// One call `call` (its request without the VirtualService) through `stages` (call order) on
+/// `input`, the routes of `vs` before the call; `vs_input` is `vs` with `input` as the
+/// routers see it ([`vs_json`]).
+async fn decide(
+    stages: &[&dyn Router],
+    call: &RouteRequest,
+    vs_input: String,
+    vs: &VirtualService,
+    input: &[Value],
+) -> Result<Decided, CallFailed> {
+    let (ns, name) = ns_name(&vs.metadata);
+    let mut current: Option<Vec<Value>> = None;
+    let mut decided_by = Vec::with_capacity(stages.len());
+    let mut ignored = Vec::new();
+    let mut vs_input = Some(vs_input);
+    for (i, stage) in stages.iter().enumerate() {
+        let given = current.as_deref().unwrap_or(input);
+        let request = RouteRequest {
+            virtual_service: vs_input.take().unwrap_or_else(|| vs_json(vs, given)),
+            ..call.clone()
+        };
+        let failed = |message: String, policy: FailurePolicy| CallFailed {
+            plugin: stage.name().to_owned(),
+            message,
+            policy,
+        };
+        match stage.route(request).await {
+            Ok(out) => {
+                if let Err(e) = answer::check(call, ns, given, &out) {
+                    // Invalid output fails the call whatever the entry's failurePolicy says: a
+                    // router that answers routes it may not write is broken, not unavailable.
+                    return Err(failed(
+                        format!(
+                            "plugin {:?} gave invalid output for VirtualService {ns}/{name}: \
+                             {e}; the VirtualService is left as it was",
+                            stage.name()
+                        ),
+                        FailurePolicy::Fail,
+                    ));
+                }
+                current = Some(out);
+                decided_by.push(stage.name().to_owned());
+            }
+            // A refining router's own call is ignored: the answer before it stands.
+            Err(e) if i > 0 && stage.failure_policy() == FailurePolicy::Ignore => {
+                ignored.push((stage.name().to_owned(), e));
+            }
+            Err(e) => return Err(failed(e, stage.failure_policy())),
+        }
+    }
+    Ok(Decided {
+        http: current.unwrap_or_else(|| input.to_vec()),
+        decided_by,
+        ignored,
+    })
 }
 
 /// Why Istio would refuse `m` (its header names must be HTTP tokens, its source labels
@@ -1749,6 +1912,17 @@ fn status_errors(list: &[String]) -> Vec<StatusError> {
         .collect()
 }
 
+/// One VirtualService of a subset's status, as its calls left it.
+struct VsStatus {
+    /// `(namespace, name)`.
+    id: (String, String),
+    status: &'static str,
+    /// Routes without a copy for every istioMatch.
+    skipped: Vec<String>,
+    /// The routers that decided every routed call on it; `None` before the first.
+    decided_by: Option<Vec<String>>,
+}
+
 /// The status of a DynamicEnv once its calls are made.
 fn finish_dynamic_env(
     ir: &mut Ir,
@@ -1761,7 +1935,7 @@ fn finish_dynamic_env(
     for entry in &mut de.entries {
         // In discovery order (each root VirtualService, then its delegates), as upstream lists
         // them.
-        let mut vs_status: Vec<((String, String), &'static str, Vec<String>)> = Vec::new();
+        let mut vs_status: Vec<VsStatus> = Vec::new();
         let mut routed_hosts = 0;
         let mut dr_less_vs = false;
         let mut call_failed = false;
@@ -1769,22 +1943,31 @@ fn finish_dynamic_env(
         for u in &entry.uses {
             let id = (u.ns.clone(), u.name.clone());
             let mut skipped: &[String] = &[];
+            let mut decided: &[String] = &[];
             let value = match &u.call {
                 None => {
                     dr_less_vs = true;
                     Some(status::IGNORED_MISSING_DR)
                 }
                 Some((chain, i)) => match results.get(chain).and_then(|(_, o)| o.get(*i)) {
-                    Some(Outcome::Routed { routes, skipped: s }) if *routes > 0 => {
+                    Some(Outcome::Routed {
+                        routes,
+                        skipped: s,
+                        decided_by,
+                        ..
+                    }) if *routes > 0 => {
                         if routed_calls.insert((chain.clone(), *i)) {
                             routed_hosts += 1;
                         }
                         skipped = s;
+                        decided = decided_by;
                         Some(status::RUNNING)
                     }
                     Some(Outcome::Routed { .. }) if u.delegating_root => None,
                     Some(Outcome::Routed { .. }) | None => Some(status::IGNORED_MISSING_VS),
-                    Some(Outcome::Failed { message, policy }) => {
+                    Some(Outcome::Failed {
+                        message, policy, ..
+                    }) => {
                         call_failed = true;
                         if *policy == FailurePolicy::Fail {
                             let e = format!(
@@ -1805,16 +1988,31 @@ fn finish_dynamic_env(
                 status::IGNORED_MISSING_VS => 2,
                 _ => 3,
             };
-            match vs_status.iter_mut().find(|(seen, ..)| *seen == id) {
-                Some((_, slot, notes)) => {
-                    if rank(value) < rank(slot) {
-                        *slot = value;
+            match vs_status.iter_mut().find(|v| v.id == id) {
+                Some(v) => {
+                    if rank(value) < rank(v.status) {
+                        v.status = value;
                     }
                     for note in skipped {
-                        push_unique(notes, note.clone());
+                        push_unique(&mut v.skipped, note.clone());
+                    }
+                    // The routers that decided every routed call on it.
+                    if !decided.is_empty() {
+                        v.decided_by = Some(match v.decided_by.take() {
+                            None => decided.to_vec(),
+                            Some(mut all) => {
+                                all.retain(|p| decided.contains(p));
+                                all
+                            }
+                        });
                     }
                 }
-                None => vs_status.push((id, value, skipped.to_vec())),
+                None => vs_status.push(VsStatus {
+                    id,
+                    status: value,
+                    skipped: skipped.to_vec(),
+                    decided_by: (!decided.is_empty()).then(|| decided.to_vec()),
+                }),
             }
         }
         if entry.routed_step {
@@ -1845,11 +2043,12 @@ fn finish_dynamic_env(
         }
         let virtual_services: Vec<ResourceStatus> = vs_status
             .into_iter()
-            .map(|((namespace, name), s, skipped)| ResourceStatus {
-                name,
-                namespace,
-                status: s.into(),
-                skipped_routes: skipped,
+            .map(|v| ResourceStatus {
+                name: v.id.1,
+                namespace: v.id.0,
+                status: v.status.into(),
+                skipped_routes: v.skipped,
+                decided_by: v.decided_by.unwrap_or_default(),
             })
             .collect();
         let ready = entry.clone_status == status::RUNNING

@@ -1,6 +1,8 @@
 //! The router behind the plan: a small trait so that the controller, `wasmop plan`, the tests
 //! and the benchmark can plan with the wasm component (a loaded [`Plugin`]), the same logic as
-//! a native library (the tests' and benchmarks' own), or a stand-in that always fails.
+//! a native library (the tests' and benchmarks' own), or a stand-in that always fails. A
+//! router may refine the answer of another ([`Refining`], a registry entry's `after:`): the
+//! plan calls each router of the chain ([`stages`]) in turn.
 
 use std::sync::Arc;
 
@@ -31,6 +33,84 @@ pub trait Router: Send + Sync {
     fn identity(&self) -> Option<String> {
         None
     }
+
+    /// The router whose answer this one refines (a registry entry's `after:`): the plan calls
+    /// it first and gives this one the VirtualService with its answer applied. `None` (the
+    /// default): this router answers alone.
+    fn after(&self) -> Option<&dyn Router> {
+        None
+    }
+}
+
+/// A router that refines the answer of another: `router` gets the VirtualService as `after`
+/// (itself possibly [`Refining`]) left it. Its name, failure policy, identity and answers are
+/// `router`'s.
+pub struct Refining {
+    /// The router called first.
+    pub after: Arc<dyn Router>,
+    /// The router that refines its answer.
+    pub router: Arc<dyn Router>,
+}
+
+#[async_trait::async_trait]
+impl Router for Refining {
+    fn name(&self) -> &str {
+        self.router.name()
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.router.failure_policy()
+    }
+
+    async fn route(&self, request: RouteRequest) -> Result<Vec<Value>, String> {
+        self.router.route(request).await
+    }
+
+    fn identity(&self) -> Option<String> {
+        self.router.identity()
+    }
+
+    fn after(&self) -> Option<&dyn Router> {
+        Some(self.after.as_ref())
+    }
+}
+
+/// The routers a call of `router` goes through, in call order: those it builds on
+/// ([`Router::after`], followed back), then `router`.
+pub fn stages(router: &dyn Router) -> Vec<&dyn Router> {
+    let mut out = vec![router];
+    while let Some(after) = out.last().and_then(|r| r.after()) {
+        out.push(after);
+    }
+    out.reverse();
+    out
+}
+
+/// What makes the answers of the chain `stages` reusable ([`Answers`]): every router's
+/// [`Router::identity`], in order, so that a change of any of them (a new component, other
+/// settings, another `after:`) is another key. `None` when a router has none.
+pub fn chain_identity(stages: &[&dyn Router]) -> Option<String> {
+    let mut out = String::new();
+    for stage in stages {
+        // Each prefixed with its length, so that no two chains give the same text.
+        let identity = stage.identity()?;
+        out.push_str(&format!("{}:{identity}", identity.len()));
+    }
+    Some(out)
+}
+
+/// The router of a chain of loaded plugins, the earliest first ([`Registry::resolve_chain`]):
+/// each [`WasmRouter`] refines the answer of the ones before it. `None` for an empty chain.
+///
+/// [`Registry::resolve_chain`]: wasmop_plugin_host::registry::Registry::resolve_chain
+pub fn wasm_chain(plugins: impl IntoIterator<Item = Arc<Plugin>>) -> Option<Arc<dyn Router>> {
+    plugins.into_iter().fold(None, |after, plugin| {
+        let router: Arc<dyn Router> = Arc::new(WasmRouter(plugin));
+        Some(match after {
+            None => router,
+            Some(after) => Arc::new(Refining { after, router }),
+        })
+    })
 }
 
 /// Router answers by request, so that a reconcile whose calls get the same input again (the
