@@ -24,6 +24,7 @@ const FIXTURES: &[&str] = &[
     "wasmop-hostile-fixture",
     "wasmop-hostile-dr",
     "wasmop-hostile-restart",
+    "wasmop-refine-fixture",
 ];
 
 fn main() {
