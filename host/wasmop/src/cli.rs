@@ -80,11 +80,26 @@ pub(crate) struct PlanOptions {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
     /// The router: `builtin://NAME` or a component file.
-    #[arg(long, default_value = "builtin://routing-istio")]
+    #[arg(
+        long,
+        default_value = "builtin://routing-istio",
+        conflicts_with = "registry"
+    )]
     pub plugin: String,
     /// Settings JSON of the router.
-    #[arg(long, default_value = "{}")]
+    #[arg(long, default_value = "{}", conflicts_with = "registry")]
     pub settings: String,
+    /// Take the router from a registry instead, read as `plugin check-registry` reads it (a
+    /// `plugins.yaml`, or YAML holding ConfigMap `wasmop-plugins` and the ConfigMaps its
+    /// `configmap://` sources name): the entry `--entry` names, else the routing default,
+    /// after the entries it builds on (`after:`), each with its settings, limits and
+    /// failurePolicy.
+    #[arg(long, value_name = "FILE")]
+    pub registry: Option<PathBuf>,
+    /// With `--registry`: the routing entry to plan every DynamicEnv with, as a DynamicEnv's
+    /// `spec.plugin` names it [default: the registry's routing default].
+    #[arg(long, value_name = "NAME", requires = "registry")]
+    pub entry: Option<String>,
     /// Plan settings, as `wasmop run`'s.
     #[command(flatten)]
     pub routing: routing::Options,
@@ -169,20 +184,27 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 /// it would write and the DynamicEnvs' status. Exit code 0 whether or not the IR holds errors.
 ///
 /// # Errors
-/// Unreadable input, or a router that cannot be loaded.
+/// Unreadable input, or a router that cannot be loaded (with `--registry`: an invalid
+/// registry, or an entry of the chain that cannot be used, with why).
 async fn plan(opts: PlanOptions) -> anyhow::Result<ExitCode> {
-    let runtime = PluginRuntime::new(RuntimeOptions::default())?;
-    let settings = serde_json::from_str(&opts.settings).context("--settings is not valid JSON")?;
-    let plugin = plugin_tools::load_for_cli(
-        &runtime,
-        Hook::Routing,
-        &opts.plugin,
-        settings,
-        Limits::default(),
-        Grants::default(),
-    )
-    .await?;
-    let router: Arc<dyn Router> = Arc::new(WasmRouter(plugin));
+    let router: Arc<dyn Router> = match &opts.registry {
+        Some(file) => plugin_tools::registry_router(file, opts.entry.as_deref()).await?,
+        None => {
+            let runtime = PluginRuntime::new(RuntimeOptions::default())?;
+            let settings =
+                serde_json::from_str(&opts.settings).context("--settings is not valid JSON")?;
+            let plugin = plugin_tools::load_for_cli(
+                &runtime,
+                Hook::Routing,
+                &opts.plugin,
+                settings,
+                Limits::default(),
+                Grants::default(),
+            )
+            .await?;
+            Arc::new(WasmRouter(plugin))
+        }
+    };
     let out =
         routing::plan_dir(&opts.dir, &router, &opts.routing.plan_config(), opts.output).await?;
     std::io::stdout().write_all(out.as_bytes())?;

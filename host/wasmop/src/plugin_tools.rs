@@ -785,6 +785,33 @@ async fn plugin_check_registry(
     })
 }
 
+/// The router of `wasmop plan --registry FILE [--entry NAME]`: the registry of `file` (read as
+/// `plugin check-registry` reads it) loaded as the operator loads it, and the routing entry
+/// `entry` (else the routing default) after the entries it builds on (`after:`).
+///
+/// # Errors
+/// The file cannot be read, its registry is invalid, or an entry of the chain cannot be used
+/// (unknown, of another hook, failed to load: with its error).
+pub(crate) async fn registry_router(
+    file: &Path,
+    entry: Option<&str>,
+) -> anyhow::Result<Arc<dyn wasmop_controllers::routing::Router>> {
+    let shown = file.display();
+    let RegistryFile { doc, binaries, .. } = read_registry_file(file)?;
+    let config = RegistryConfig::parse(&doc).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    let registry = Registry::new(PluginRuntime::new(RuntimeOptions::default())?);
+    let fetch = ManifestFetch {
+        binaries,
+        local: LocalFetch::default(),
+    };
+    registry.apply(config, &fetch).await;
+    let chain = registry
+        .resolve_chain(Hook::Routing, entry)
+        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    wasmop_controllers::routing::wasm_chain(chain)
+        .ok_or_else(|| anyhow::anyhow!("{shown}: no routing plugin"))
+}
+
 /// What `plugin check-registry` reads from its file.
 struct RegistryFile {
     /// The `plugins.yaml` document.
