@@ -641,6 +641,103 @@ fn check_registry_gives_a_verdict_per_entry() {
     assert_says(&bad, "hook");
 }
 
+/// `plugin check-registry` refuses an `after:` that names the entry itself, no routing entry,
+/// or closes a cycle, entry by entry, with the reason; and `wasmop plan --registry` says why it
+/// cannot plan with such an entry.
+#[test]
+fn check_registry_refuses_self_references_and_cycles_of_after() {
+    let dir = temp_dir("after");
+    let file = dir.join("plugins.yaml");
+    let entry = |name: &str, after: &str| {
+        format!(
+            "- {{name: {name}, hook: routing, source: 'builtin://routing-istio', after: {after}}}\n"
+        )
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "plugins:\n{}{}{}{}{}",
+            entry("refined", "routing-istio"),
+            entry("itself", "itself"),
+            entry("a", "b"),
+            entry("b", "a"),
+            entry("lease", "dr-lease"),
+        ),
+    )
+    .unwrap();
+    let out = wasmop(&["plugin", "check-registry", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("ok: refined (routing): routing-istio 0.1.0 (sha256:")
+            && lines[0].ends_with("; builds on routing-istio; settings accepted"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[1],
+        "FAIL: itself (routing): invalid plugins.yaml entry: after: itself is the entry itself; \
+         name the routing entry whose answer it refines, e.g. after: routing-istio"
+    );
+    assert_eq!(
+        lines[2],
+        "FAIL: a (routing): invalid plugins.yaml entry: after: a → b → a is a cycle: entries \
+         cannot build on each other; remove after from one of them"
+    );
+    assert!(
+        lines[3].starts_with(
+            "FAIL: b (routing): invalid plugins.yaml entry: after: b → a → b is a cycle"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        lines[4].starts_with(
+            "FAIL: lease (routing): invalid plugins.yaml entry: after: dr-lease is a dr plugin"
+        ),
+        "{stdout}"
+    );
+
+    // `wasmop plan` with one of them has no router to plan with, and says why.
+    let input = wasmop_tests::repo_root().join("tests/fixtures/routing/simple/input");
+    let plan = |entry: &str| {
+        wasmop(&[
+            "plan",
+            "-f",
+            input.to_str().unwrap(),
+            "--registry",
+            file.to_str().unwrap(),
+            "--entry",
+            entry,
+        ])
+    };
+    let out = plan("a");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_says(
+        &out,
+        "plugin \"a\" is not loaded: invalid plugins.yaml entry: after: a → b → a is a cycle",
+    );
+    let ok = plan("refined");
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(
+        String::from_utf8_lossy(&ok.stdout)
+            .contains("decidedBy:\n    - routing-istio\n    - refined"),
+        "{}",
+        text(&ok)
+    );
+    // --registry takes the place of --plugin and --settings.
+    let both = wasmop(&[
+        "plan",
+        "-f",
+        input.to_str().unwrap(),
+        "--registry",
+        file.to_str().unwrap(),
+        "--settings",
+        "{}",
+    ]);
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+    assert_says(&both, "cannot be used with");
+}
+
 #[test]
 fn log_lines_are_json_objects_with_log_format_json() {
     let plan = |format: &str| {

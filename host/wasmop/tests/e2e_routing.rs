@@ -89,6 +89,17 @@ async fn events(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> 
         .collect()
 }
 
+/// The `PluginReady` condition of DynamicEnv `ns/name` once its reason is `reason`.
+async fn plugin_ready(client: &Client, ns: &str, name: &str, reason: &str) -> Value {
+    eventually(&format!("PluginReady {reason}"), TIMEOUT, async || {
+        let de = get(client, ns, "wasmop.dev/v1alpha1", "DynamicEnv", name).await?;
+        condition(&de, "PluginReady")
+            .filter(|c| c["reason"] == reason)
+            .cloned()
+    })
+    .await
+}
+
 fn condition<'a>(de: &'a Value, type_: &str) -> Option<&'a Value> {
     de["status"]["conditions"]
         .as_array()?
@@ -134,7 +145,8 @@ async fn create_update_and_delete_restore_every_virtual_service() {
         );
         assert_eq!(
             entry["virtualServices"],
-            json!([{"name": "reviews", "namespace": ns, "status": "running"}])
+            json!([{"name": "reviews", "namespace": ns, "status": "running",
+                    "decidedBy": ["routing-istio"]}])
         );
         assert!(entry.get("subsetErrors").is_none(), "{entry}");
         let first_hash = entry["hash"]
@@ -476,6 +488,75 @@ async fn degraded_with_the_reference_error_until_fixed_and_a_failing_router_fail
             wasmop_tests::routing::state(&client, &ns, "jason").await.as_deref(),
             Some("ready")
         );
+    })
+    .await;
+}
+
+/// A registry entry that refines the default router's answer (`after: routing-istio`, the
+/// refining fixture of tests/fixtures/refine-header): the DynamicEnv naming it gets
+/// routing-istio's routes with the fixture's response header on each, its status and
+/// `PluginReady` name both plugins. An `after` naming the entry itself fails the entry
+/// (`PluginReady=False` with the reason) while its last good version keeps the routes as they
+/// are; fixed, it is ready again.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn an_entry_after_the_default_router_refines_its_routes() {
+    with_temp_ns("routing-after", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        let fixture = wasmop_tests::components_dir().join("wasmop_refine_fixture.wasm");
+        let sha = wasmop_plugin_host::sha256_hex(&std::fs::read(&fixture).unwrap());
+        let registry = |after: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "wasmop-plugins"},
+                   "data": {"plugins.yaml": format!(
+                       "plugins:\n  - {{name: team-header, hook: routing, source: 'file://{}', \
+                        sha256: {sha}, settings: {{header: x-team, value: payments}}, after: {after}}}\n",
+                       fixture.display())}})
+        };
+        create(&client, &ns, registry("routing-istio")).await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        let mut de = dynamic_env("jason", &ns, "jason", REVIEWS_V3, false);
+        de["spec"]["plugin"] = json!("team-header");
+        create(&client, &ns, de).await;
+        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        let n = names_of(&ns, "jason", "reviews");
+        let mut refined = expected_routes("reviews", &n, "jason");
+        for route in refined.as_array_mut().unwrap() {
+            if route["name"].as_str().unwrap().starts_with(&n.prefix) {
+                route["headers"] = json!({"response": {"set": {"x-team": "payments"}}});
+            }
+        }
+        assert_eq!(vs_http(&client, &ns, "reviews").await, refined);
+        let entry = &de["status"]["subsetsStatus"][format!("{ns}/reviews")];
+        assert_eq!(
+            entry["virtualServices"],
+            json!([{"name": "reviews", "namespace": ns, "status": "running",
+                    "decidedBy": ["routing-istio", "team-header"]}])
+        );
+        let ready = plugin_ready(&client, &ns, "jason", "Loaded").await;
+        assert_eq!(ready["status"], "True");
+        assert!(
+            ready["message"].as_str().unwrap().ends_with("; builds on routing-istio"),
+            "{ready}"
+        );
+
+        // An entry that builds on itself is refused; its last good version keeps serving.
+        apply(&client, &ns, registry("team-header")).await;
+        let failed = plugin_ready(&client, &ns, "jason", "LoadFailed").await;
+        assert_eq!(failed["status"], "False");
+        assert!(
+            failed["message"].as_str().unwrap().contains(
+                "invalid plugins.yaml entry: after: team-header is the entry itself"
+            ),
+            "{failed}"
+        );
+        assert_eq!(vs_http(&client, &ns, "reviews").await, refined);
+        apply(&client, &ns, registry("routing-istio")).await;
+        assert_eq!(
+            plugin_ready(&client, &ns, "jason", "Loaded").await["status"],
+            "True"
+        );
+        assert_eq!(vs_http(&client, &ns, "reviews").await, refined);
     })
     .await;
 }

@@ -1,6 +1,8 @@
 //! Golden tests of the routing plan (`wasmop_controllers::routing::plan`) on the YAML fixtures of
-//! `tests/fixtures/routing/<case>/input/`, planned with the builtin `routing-istio` component;
-//! the expected IR, objects and status are `tests/fixtures/routing/<case>/plan.yaml`.
+//! `tests/fixtures/routing/<case>/input/`, planned with the builtin `routing-istio` component,
+//! or, for a case with a `plugins.yaml`, with that registry's routing default and the entries
+//! it builds on (`after:`); the expected IR, objects and status are
+//! `tests/fixtures/routing/<case>/plan.yaml`.
 //! `WASMOP_BLESS=1 cargo test -p wasmop --test routing_plan` rewrites them; otherwise any
 //! difference fails with a diff.
 //!
@@ -23,7 +25,7 @@ use wasmop_api::dynamicenv::DynamicEnvStatus;
 use wasmop_controllers::routing::istio::{DestinationRule, VirtualService};
 use wasmop_controllers::routing::plan::{Plan, Write, removal_snapshot};
 use wasmop_controllers::routing::{
-    OutputFormat, PlanConfig, Router, Snapshot, WasmRouter, names, plan,
+    OutputFormat, PlanConfig, Refining, Router, Snapshot, WasmRouter, names, plan, wasm_chain,
 };
 use wasmop_plugin_host::registry::{LocalFetch, Registry, RegistryConfig};
 use wasmop_plugin_host::{
@@ -67,16 +69,76 @@ fn native() -> Arc<dyn Router> {
     Arc::new(native_router::Native::default())
 }
 
+/// The registry of `case`, if it has one (`plugins.yaml`), made loadable here: `COMPONENTS`
+/// replaced by the directory of the built test components and `COMPONENT_SHA256` by the
+/// sha256 of the component file named.
+fn registry_of(case: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(case.join("plugins.yaml")).ok()?;
+    let dir = wasmop_tests::components_dir();
+    let text = text.replace("COMPONENTS", &dir.display().to_string());
+    let file = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("source: file://"))
+        .expect("a file:// source");
+    let digest = wasmop_plugin_host::sha256_hex(&std::fs::read(file).unwrap());
+    Some(text.replace("COMPONENT_SHA256", &digest))
+}
+
+/// The routing chain the registry of `case` (see [`registry_of`]) gives its routing default.
+async fn chain_of(case: &Path) -> Option<Vec<Arc<wasmop_plugin_host::Plugin>>> {
+    let doc = registry_of(case)?;
+    let runtime = PluginRuntime::new(RuntimeOptions {
+        cache_dir: None,
+        max_concurrent_calls: 2,
+        pooling: false,
+        extra_ca_pem: None,
+    })
+    .unwrap();
+    let registry = Registry::new(runtime);
+    let report = registry
+        .apply(RegistryConfig::parse(&doc).unwrap(), &LocalFetch::default())
+        .await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    Some(registry.resolve_chain(Hook::Routing, None).unwrap())
+}
+
+/// The component router of `case`: the builtin's, or its registry's chain.
+async fn wasm_of(case: &Path) -> Arc<dyn Router> {
+    match chain_of(case).await {
+        Some(chain) => wasm_chain(chain).unwrap(),
+        None => wasm().await,
+    }
+}
+
+/// The native router of `case`: [`native`], refined by the components of its registry's
+/// chain after the builtin (which the chain must start with).
+async fn native_of(case: &Path) -> Arc<dyn Router> {
+    let Some(chain) = chain_of(case).await else {
+        return native();
+    };
+    assert_eq!(
+        chain[0].spec().name,
+        "routing-istio",
+        "the chain starts with the builtin"
+    );
+    chain.into_iter().skip(1).fold(native(), |after, plugin| {
+        Arc::new(Refining {
+            after,
+            router: Arc::new(WasmRouter(plugin)),
+        })
+    })
+}
+
 fn read(case: &Path) -> Snapshot {
     Snapshot::read_dir(&case.join("input")).unwrap().0
 }
 
 #[tokio::test]
 async fn plans_match_the_golden_files() {
-    let router = wasm().await;
     let bless = std::env::var_os("WASMOP_BLESS").is_some_and(|v| v == "1");
     let mut stale = Vec::new();
     for case in cases() {
+        let router = wasm_of(&case).await;
         let out = wasmop_controllers::routing::plan_dir(
             &case.join("input"),
             &router,
@@ -120,14 +182,14 @@ fn diff_lines(want: &str, got: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_native_library_and_the_component_plan_the_same() {
-    let router = wasm().await;
     for case in cases() {
         let cfg = PlanConfig::default();
         let dir = case.join("input");
+        let (router, native) = (wasm_of(&case).await, native_of(&case).await);
         let a = wasmop_controllers::routing::plan_dir(&dir, &router, &cfg, OutputFormat::Json)
             .await
             .unwrap();
-        let b = wasmop_controllers::routing::plan_dir(&dir, &native(), &cfg, OutputFormat::Json)
+        let b = wasmop_controllers::routing::plan_dir(&dir, &native, &cfg, OutputFormat::Json)
             .await
             .unwrap();
         assert_eq!(a, b, "{}", case.display());
@@ -136,14 +198,24 @@ async fn the_native_library_and_the_component_plan_the_same() {
 
 #[test]
 fn wasmop_plan_prints_the_golden_file() {
-    for case in ["delegates", "add-remove-subsets"] {
+    for case in ["delegates", "add-remove-subsets", "refined-after"] {
         let dir = fixtures().join(case);
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"))
-            .args(["plan", "-f"])
-            .arg(dir.join("input"))
-            .env("WASMOP_LOG", "warn")
-            .output()
-            .unwrap();
+        let mut plan = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"));
+        plan.args(["plan", "-f"]).arg(dir.join("input"));
+        // A case with a registry: `--registry` with it, as the operator would read it.
+        let registry = registry_of(&dir).map(|doc| {
+            let file = std::env::temp_dir().join(format!(
+                "wasmop-routing-plan-{case}-{}.yaml",
+                std::process::id()
+            ));
+            std::fs::write(&file, doc).unwrap();
+            plan.arg("--registry").arg(&file);
+            file
+        });
+        let out = plan.env("WASMOP_LOG", "warn").output().unwrap();
+        if let Some(file) = &registry {
+            std::fs::remove_file(file).unwrap();
+        }
         assert!(
             out.status.success(),
             "{}",
@@ -151,6 +223,9 @@ fn wasmop_plan_prints_the_golden_file() {
         );
         let want = std::fs::read_to_string(dir.join("plan.yaml")).unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{case}");
+        if registry.is_some() {
+            continue;
+        }
         let json = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"))
             .args(["plan", "-o", "json", "-f"])
             .arg(dir.join("input"))
@@ -231,9 +306,9 @@ fn apply(snapshot: &mut Snapshot, plan: &Plan) {
 
 #[tokio::test]
 async fn an_applied_plan_converges() {
-    let router = native();
     let cfg = PlanConfig::default();
     for case in cases() {
+        let router = native_of(&case).await;
         let mut s = read(&case);
         let first = plan(&s, &router, &cfg).await;
         apply(&mut s, &first);
@@ -265,9 +340,9 @@ fn routes(s: &Snapshot) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn deleting_a_dynamic_env_restores_every_virtual_service_exactly() {
-    let router = native();
     let cfg = PlanConfig::default();
     for case in cases() {
+        let router = native_of(&case).await;
         let original = read(&case);
         let mut s = original.clone();
         let made = plan(&s, &router, &cfg).await;
@@ -581,9 +656,9 @@ async fn a_match_istio_would_refuse_is_left_out_and_every_subset_says_why() {
 #[tokio::test]
 #[ignore = "needs tests/istio-validate (scripts/setup.sh); run by `make test`"]
 async fn istio_accepts_every_object_every_golden_plan_writes() {
-    let router = wasm().await;
     let mut docs = Vec::new();
     for case in cases() {
+        let router = wasm_of(&case).await;
         let mut s = read(&case);
         let p = plan(&s, &router, &PlanConfig::default()).await;
         apply(&mut s, &p);
@@ -916,5 +991,358 @@ async fn a_hostile_routers_answers_are_refused_and_the_virtual_service_is_left_a
                 .all(|s| s.state.as_deref() == Some("degraded")),
             "{kind}"
         );
+    }
+}
+
+/// What a [`Scripted`] router answers, from the request and the routes it was given.
+type Answer = Box<dyn Fn(&RouteRequest, Vec<Value>) -> Result<Vec<Value>, String> + Send + Sync>;
+
+/// A router of the chain tests: `answer` on the request and the VirtualService's routes.
+struct Scripted(&'static str, Answer);
+
+#[async_trait::async_trait]
+impl Router for Scripted {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Fail
+    }
+    async fn route(&self, r: RouteRequest) -> Result<Vec<Value>, String> {
+        let vs: Value = serde_json::from_str(&r.virtual_service).unwrap();
+        let http = vs["spec"]["http"].as_array().cloned().unwrap_or_default();
+        (self.1)(&r, http)
+    }
+}
+
+/// `router` with a failure policy and an identity of its own, counting its calls.
+struct Counted {
+    router: Box<dyn Router>,
+    policy: FailurePolicy,
+    identity: Option<String>,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Counted {
+    fn new(
+        router: impl Router + 'static,
+        policy: FailurePolicy,
+        identity: Option<&str>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            router: Box::new(router),
+            policy,
+            identity: identity.map(str::to_owned),
+            calls: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl Router for Counted {
+    fn name(&self) -> &str {
+        self.router.name()
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        self.policy
+    }
+    fn identity(&self) -> Option<String> {
+        self.identity.clone()
+    }
+    async fn route(&self, r: RouteRequest) -> Result<Vec<Value>, String> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.router.route(r).await
+    }
+}
+
+/// `router` refining the answer of `after`.
+fn refining(after: Arc<dyn Router>, router: Arc<dyn Router>) -> Arc<dyn Router> {
+    Arc::new(Refining { after, router })
+}
+
+/// Whether `route` is one of the request's own (named with its route prefix).
+fn own(r: &RouteRequest, route: &Value) -> bool {
+    route["name"]
+        .as_str()
+        .is_some_and(|n| n.starts_with(&r.route_prefix))
+}
+
+/// A refining router that sets the response header `x-refined: VALUE` on the request's own
+/// routes.
+fn add_header(value: &'static str) -> Scripted {
+    Scripted(
+        "refiner",
+        Box::new(move |r, mut http| {
+            for route in http.iter_mut().filter(|route| own(r, route)) {
+                route["headers"]["response"]["set"]["x-refined"] = json!(value);
+            }
+            Ok(http)
+        }),
+    )
+}
+
+/// A router whose every call fails.
+fn failing(name: &'static str) -> Scripted {
+    Scripted(
+        name,
+        Box::new(move |_, _| Err(format!("plugin {name:?} (routing): trapped: unreachable"))),
+    )
+}
+
+/// The `spec.http` the plan writes to bookinfo/reviews, if it writes one.
+fn written(p: &Plan) -> Option<&Vec<Value>> {
+    p.writes.iter().find_map(|w| match w {
+        Write::Routes { name, http, .. } if name == "reviews" => Some(http),
+        _ => None,
+    })
+}
+
+/// A refining router gets the VirtualService as the router before it answered, and the plan
+/// writes its answer; the DynamicEnv's status and the IR name both as having decided.
+#[tokio::test]
+async fn a_refining_router_refines_the_answer_of_the_one_it_builds_on() {
+    let s = read(&fixtures().join("simple"));
+    let base = Counted::new(native_router::Native::default(), FailurePolicy::Fail, None);
+    let refiner = Counted::new(add_header("yes"), FailurePolicy::Fail, None);
+    let p = plan(
+        &s,
+        &refining(base.clone(), refiner.clone()),
+        &PlanConfig::default(),
+    )
+    .await;
+    assert_eq!((base.calls(), refiner.calls()), (1, 1));
+    let http = written(&p).expect("routes are written");
+    let before = s.virtual_services[0].spec.http.clone().unwrap();
+    let (ours, others): (Vec<&Value>, Vec<&Value>) = http
+        .iter()
+        .partition(|r| r["name"].as_str().is_some_and(names::is_dynamic_env_route));
+    assert_eq!(others.into_iter().cloned().collect::<Vec<_>>(), before);
+    assert_eq!(ours.len(), 1, "{http:#?}");
+    // routing-istio's copy, with the refinement on top.
+    assert_eq!(ours[0]["headers"]["response"]["set"]["x-refined"], "yes");
+    assert!(
+        ours[0]["route"][0]["headers"]["response"]["add"]["x-dynamic-env"].is_string(),
+        "{:#}",
+        ours[0]
+    );
+    let status = status_of(&p, "bookinfo/jason");
+    let vs = &status.subsets_status["bookinfo/reviews"].virtual_services[0];
+    assert_eq!(vs.status, "running");
+    assert_eq!(vs.decided_by, ["routing-istio", "refiner"]);
+    let record = &p.ir.get("VirtualService/bookinfo/reviews").unwrap().routes[0];
+    assert_eq!(record.decided_by, ["routing-istio", "refiner"]);
+    assert_eq!(record.outcome, "routed: 1 routes");
+    assert!(p.failures.is_empty(), "{:?}", p.failures);
+}
+
+/// A refining router's answer is checked as any router's, against the routes it was given:
+/// one that changes a route it does not own, catches every request or sends the DynamicEnv's
+/// requests elsewhere is refused, whatever its failurePolicy, and nothing is written.
+#[tokio::test]
+async fn a_refining_routers_answer_is_held_to_the_same_rules() {
+    let s = read(&fixtures().join("simple"));
+    let cases: [(Answer, &str); 3] = [
+        (
+            Box::new(|_, mut http| {
+                for route in &mut http {
+                    if route["name"] == "default" {
+                        route["timeout"] = json!("1s");
+                    }
+                }
+                Ok(http)
+            }),
+            "changed routes it does not own",
+        ),
+        (
+            Box::new(|r, mut http| {
+                for route in http.iter_mut().filter(|route| own(r, route)) {
+                    route.as_object_mut().unwrap().remove("match");
+                }
+                Ok(http)
+            }),
+            "has no match",
+        ),
+        (
+            Box::new(|r, mut http| {
+                for route in http.iter_mut().filter(|route| own(r, route)) {
+                    route["route"][0]["destination"]["host"] = json!("payments");
+                }
+                Ok(http)
+            }),
+            "to host payments",
+        ),
+    ];
+    for (answer, why) in cases {
+        let refiner = Counted::new(Scripted("refiner", answer), FailurePolicy::Ignore, None);
+        let p = plan(&s, &refining(native(), refiner), &PlanConfig::default()).await;
+        let status = status_of(&p, "bookinfo/jason");
+        assert_eq!(status.state.as_deref(), Some("degraded"), "{why}");
+        let entry = &status.subsets_status["bookinfo/reviews"];
+        let e = &entry.subset_errors.as_ref().unwrap().virtual_services[0].error;
+        assert!(
+            e.contains(
+                "plugin \"refiner\" gave invalid output for VirtualService bookinfo/reviews"
+            ) && e.contains(why),
+            "{why}: {e}"
+        );
+        assert_eq!(entry.virtual_services[0].status, "failed");
+        assert!(entry.virtual_services[0].decided_by.is_empty());
+        assert_eq!(written(&p), None, "{why}");
+        assert_eq!(p.failures.len(), 1);
+        assert_eq!(p.failures[0].plugin, "refiner");
+        assert_eq!(
+            p.failures[0].policy,
+            FailurePolicy::Fail,
+            "invalid output is never ignored"
+        );
+    }
+}
+
+/// Each router of a chain fails under its own failurePolicy: a failing earlier router fails
+/// the call as a router alone would (the refining one is not called); a refining router that
+/// fails under `Ignore` leaves the earlier answer as it is, under `Fail` fails the call.
+#[tokio::test]
+async fn each_router_of_a_chain_fails_under_its_own_policy() {
+    let s = read(&fixtures().join("simple"));
+    let cfg = PlanConfig::default();
+    let vs_of = |p: &Plan| {
+        status_of(p, "bookinfo/jason").subsets_status["bookinfo/reviews"].virtual_services[0]
+            .clone()
+    };
+
+    for policy in [FailurePolicy::Fail, FailurePolicy::Ignore] {
+        let base = Counted::new(failing("broken"), policy, None);
+        let refiner = Counted::new(add_header("yes"), FailurePolicy::Fail, None);
+        let p = plan(&s, &refining(base.clone(), refiner.clone()), &cfg).await;
+        assert_eq!((base.calls(), refiner.calls()), (1, 0), "{policy:?}");
+        assert_eq!(written(&p), None, "{policy:?}");
+        assert_eq!(vs_of(&p).status, "failed");
+        let status = status_of(&p, "bookinfo/jason");
+        let degraded = status.state.as_deref() == Some("degraded");
+        assert_eq!(degraded, policy == FailurePolicy::Fail, "{policy:?}");
+        assert_eq!(
+            (p.failures[0].plugin.as_str(), p.failures[0].policy),
+            ("broken", policy)
+        );
+    }
+
+    // The refining router fails under Ignore: the earlier answer is written unrefined.
+    let refiner = Counted::new(failing("refiner"), FailurePolicy::Ignore, None);
+    let p = plan(&s, &refining(native(), refiner), &cfg).await;
+    let http = written(&p).expect("the earlier answer is written");
+    let ours: Vec<&Value> = http
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(names::is_dynamic_env_route))
+        .collect();
+    assert_eq!(ours.len(), 1);
+    assert!(ours[0].get("headers").is_none(), "{:#}", ours[0]);
+    let vs = vs_of(&p);
+    assert_eq!(vs.status, "running");
+    assert_eq!(vs.decided_by, ["routing-istio"]);
+    let status = status_of(&p, "bookinfo/jason");
+    assert_ne!(status.state.as_deref(), Some("degraded"));
+    let record = &p.ir.get("VirtualService/bookinfo/reviews").unwrap().routes[0];
+    assert_eq!(
+        record.outcome,
+        "routed: 1 routes; refiner failed: plugin \"refiner\" (routing): trapped: unreachable \
+         (failurePolicy Ignore: the answer of routing-istio is used as it is)"
+    );
+    assert_eq!(
+        (p.failures[0].plugin.as_str(), p.failures[0].policy),
+        ("refiner", FailurePolicy::Ignore)
+    );
+
+    // Under Fail: the call fails, nothing is written, the error is the refining router's.
+    let refiner = Counted::new(failing("refiner"), FailurePolicy::Fail, None);
+    let p = plan(&s, &refining(native(), refiner), &cfg).await;
+    assert_eq!(written(&p), None);
+    let status = status_of(&p, "bookinfo/jason");
+    assert_eq!(status.state.as_deref(), Some("degraded"));
+    let e = &status.subsets_status["bookinfo/reviews"]
+        .subset_errors
+        .as_ref()
+        .unwrap()
+        .virtual_services[0]
+        .error;
+    assert!(
+        e.ends_with("plugin \"refiner\" (routing): trapped: unreachable"),
+        "{e}"
+    );
+}
+
+/// An answer is reused only for the same request to the same chain: another refining router
+/// (or another earlier one) is another key, so a reused answer is never one the chain would
+/// no longer give; an answer a refining router failed to refine (under Ignore) is not kept.
+#[tokio::test]
+async fn a_reused_answer_is_one_of_the_whole_chain() {
+    let s = read(&fixtures().join("simple"));
+    let cfg = PlanConfig::default();
+    // Identities of this test's own, as the answers are kept process-wide.
+    let base = Counted::new(
+        native_router::Native::default(),
+        FailurePolicy::Fail,
+        Some("reuse-test base v1"),
+    );
+    let yes = Counted::new(
+        add_header("yes"),
+        FailurePolicy::Fail,
+        Some("reuse-test refiner yes"),
+    );
+    let first = plan(&s, &refining(base.clone(), yes.clone()), &cfg).await;
+    let again = plan(&s, &refining(base.clone(), yes.clone()), &cfg).await;
+    assert_eq!(
+        (base.calls(), yes.calls()),
+        (1, 1),
+        "the second plan reuses the answer"
+    );
+    assert_eq!(written(&first), written(&again));
+    assert_eq!(
+        status_of(&again, "bookinfo/jason").subsets_status["bookinfo/reviews"].virtual_services[0]
+            .decided_by,
+        ["routing-istio", "refiner"]
+    );
+
+    // Another refining router: the whole chain is called again, and its answer written.
+    let no = Counted::new(
+        add_header("no"),
+        FailurePolicy::Fail,
+        Some("reuse-test refiner no"),
+    );
+    let other = plan(&s, &refining(base.clone(), no.clone()), &cfg).await;
+    assert_eq!((base.calls(), no.calls()), (2, 1));
+    let refined = |p: &Plan| -> Vec<Value> {
+        written(p)
+            .unwrap()
+            .iter()
+            .filter(|r| r["name"].as_str().is_some_and(names::is_dynamic_env_route))
+            .map(|r| r["headers"]["response"]["set"]["x-refined"].clone())
+            .collect()
+    };
+    assert_eq!(refined(&other), [json!("no")]);
+    assert_eq!(refined(&first), [json!("yes")]);
+
+    // Another earlier router under the same refining one: called again too.
+    let base2 = Counted::new(
+        native_router::Native::default(),
+        FailurePolicy::Fail,
+        Some("reuse-test base v2"),
+    );
+    plan(&s, &refining(base2.clone(), yes.clone()), &cfg).await;
+    assert_eq!((base2.calls(), yes.calls()), (1, 2));
+
+    // A refining router that fails under Ignore: the unrefined answer is not kept.
+    let flaky = Counted::new(
+        failing("refiner"),
+        FailurePolicy::Ignore,
+        Some("reuse-test flaky"),
+    );
+    for round in 1..=2 {
+        plan(&s, &refining(base2.clone(), flaky.clone()), &cfg).await;
+        assert_eq!((base2.calls(), flaky.calls()), (1 + round, round));
     }
 }

@@ -17,8 +17,9 @@ pub struct Native {
 
 #[async_trait::async_trait]
 impl Router for Native {
+    /// The builtin's name, so that a plan with it reads as one with the component.
     fn name(&self) -> &str {
-        "routing-istio (native)"
+        "routing-istio"
     }
 
     fn failure_policy(&self) -> FailurePolicy {
