@@ -261,6 +261,55 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A router with a name and an identity, for the chain's shape.
+    struct Named(&'static str, Option<&'static str>);
+
+    #[async_trait::async_trait]
+    impl Router for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn failure_policy(&self) -> FailurePolicy {
+            FailurePolicy::Fail
+        }
+        fn identity(&self) -> Option<String> {
+            self.1.map(str::to_owned)
+        }
+        async fn route(&self, _: RouteRequest) -> Result<Vec<Value>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn refining(after: Arc<dyn Router>, router: Named) -> Arc<dyn Router> {
+        Arc::new(Refining {
+            after,
+            router: Arc::new(router),
+        })
+    }
+
+    #[test]
+    fn a_chain_is_called_from_its_first_router_and_keyed_by_all() {
+        let base: Arc<dyn Router> = Arc::new(Named("base", Some("b")));
+        let chain = refining(
+            refining(base.clone(), Named("middle", Some("m"))),
+            Named("last", Some("l")),
+        );
+        let names: Vec<&str> = stages(chain.as_ref()).iter().map(|r| r.name()).collect();
+        assert_eq!(names, ["base", "middle", "last"]);
+        assert_eq!(chain.name(), "last");
+        assert_eq!(stages(base.as_ref()).len(), 1);
+
+        let id = |r: &Arc<dyn Router>| chain_identity(&stages(r.as_ref()));
+        assert_eq!(id(&chain).as_deref(), Some("1:b1:m1:l"));
+        // Identities that would read alike when put together are other keys.
+        let ab = refining(Arc::new(Named("x", Some("a"))), Named("y", Some("b1:c")));
+        let abc = refining(Arc::new(Named("x", Some("ab1:"))), Named("y", Some("c")));
+        assert_ne!(id(&ab), id(&abc));
+        // A router without identity: the chain's answers are not reused.
+        let opaque = refining(base, Named("opaque", None));
+        assert_eq!(id(&opaque), None);
+    }
+
     #[test]
     fn a_kept_answer_is_the_input_with_the_owned_routes_spliced_back() {
         let input = vec![
