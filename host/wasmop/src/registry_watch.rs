@@ -193,9 +193,7 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
             docker_config: None,
         },
     };
-    let cfg =
-        watcher::Config::default().fields(&format!("metadata.name={}", registry::CONFIGMAP_NAME));
-    let mut events = watcher(api, cfg).boxed();
+    let mut events = configmap_events(api);
     let mut promotions = Box::pin(ctx.kernel.gate().promotions());
     let outbox = &Outbox::default();
     let ctx = &*ctx;
@@ -293,6 +291,18 @@ pub async fn run(ctx: std::sync::Arc<Context>) -> anyhow::Result<()> {
         }
     }
     anyhow::bail!("the ConfigMap watch ended")
+}
+
+/// The watch events of the registry's ConfigMap in `api`'s namespace. A failed list or watch
+/// (the API server down, the ConfigMap forbidden) is yielded as an error and retried with
+/// kube's default backoff (up to about 30 s apart), never at once.
+fn configmap_events(
+    api: Api<ConfigMap>,
+) -> futures::stream::BoxStream<'static, Result<watcher::Event<ConfigMap>, watcher::Error>> {
+    use kube::runtime::WatchStreamExt;
+    let cfg =
+        watcher::Config::default().fields(&format!("metadata.name={}", registry::CONFIGMAP_NAME));
+    watcher(api, cfg).default_backoff().boxed()
 }
 
 /// The `plugins.yaml` of `cm`, if it has one.
@@ -487,6 +497,45 @@ async fn publish(
 
 #[cfg(test)]
 mod tests {
+    /// A ConfigMap list the API server refuses is retried with backoff: a few requests in a
+    /// second and a half, not thousands.
+    #[tokio::test]
+    async fn a_refused_configmap_watch_is_retried_with_backoff() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counted = requests.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(403)
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                            br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}"#,
+                        )))
+                        .expect("a response"),
+                )
+            }
+        });
+        let client = kube::Client::new(service, "wasmop-system");
+        let mut events = super::configmap_events(kube::Api::namespaced(client, "wasmop-system"));
+        let mut errors = 0;
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(1500), async {
+            while let Some(event) = futures::StreamExt::next(&mut events).await {
+                errors += usize::from(event.is_err());
+            }
+        })
+        .await;
+        let sent = requests.load(Ordering::Relaxed);
+        assert!(errors >= 1, "the refusal is reported");
+        assert!(
+            sent <= 5,
+            "{sent} requests in 1.5 s: retried without backoff"
+        );
+    }
+
     use super::*;
 
     fn interval(b: &Backoff) -> Option<u64> {
