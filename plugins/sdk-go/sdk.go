@@ -1,7 +1,8 @@
 // Package sdk holds, once, the canonical ABI glue that a Go plugin of wasmop needs: the types
 // every world shares (PluginInfo, PluginError, log levels), the memory that strings and return
-// areas are lowered into, and the lowering of the shared types. One subpackage per world
-// (restart: the restart-predicate world) exports the world's functions.
+// areas are lowered into, and the lowering of the shared types. One subpackage per world exports
+// the world's functions: routing (router), scaling (scaler), restart (restart-predicate) and dr
+// (state-checker).
 //
 // A plugin is plain Go built with `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared`
 // (Go 1.24 or newer: //go:wasmexport), embedded with `wasm-tools component embed` and wrapped
@@ -15,9 +16,15 @@
 //	plugin-info                  name @0, version @8, hook u8 @16; size 20
 //	result<_, plugin-error>      tag u8 @0; error: message @4, field option tag u8 @12,
 //	                             field string @16; size 24
+//	plugin-error                 message @0, field option tag u8 @8, field string @12; size 20,
+//	                             align 4: in a result<T, plugin-error> it sits where T's
+//	                             alignment puts the payload (@4, or @8 when T holds an f64)
 package sdk
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Hook is wasmop:plugin/types.hook: which extension point a plugin implements.
 type Hook uint8
@@ -80,6 +87,22 @@ func PutU8(m Memory, addr uint32, v uint8) { m.Bytes(addr, 1)[0] = v }
 // PutU32 writes v little-endian at addr.
 func PutU32(m Memory, addr uint32, v uint32) { binary.LittleEndian.PutUint32(m.Bytes(addr, 4), v) }
 
+// PutU64 writes v little-endian at addr.
+func PutU64(m Memory, addr uint32, v uint64) { binary.LittleEndian.PutUint64(m.Bytes(addr, 8), v) }
+
+// PutF64 writes v at addr as the canonical ABI stores an f64 (IEEE 754, little-endian).
+func PutF64(m Memory, addr uint32, v float64) { PutU64(m, addr, math.Float64bits(v)) }
+
+// U8 reads the byte at addr.
+func U8(m Memory, addr uint32) uint8 { return m.Bytes(addr, 1)[0] }
+
+// U32 reads the little-endian u32 at addr.
+func U32(m Memory, addr uint32) uint32 { return binary.LittleEndian.Uint32(m.Bytes(addr, 4)) }
+
+// StringAt lifts the string whose (ptr, len) the host stored at addr (a field of a record it
+// lowered into memory).
+func StringAt(m Memory, addr uint32) string { return LiftString(m, U32(m, addr), U32(m, addr+4)) }
+
 // PutString copies s into fresh memory and writes its (ptr, len) at addr.
 func PutString(m Memory, addr uint32, s string) {
 	p := m.Alloc(uint32(len(s)), 1)
@@ -105,17 +128,24 @@ func LowerInfo(m Memory, info PluginInfo) uint32 {
 	return area
 }
 
-// PutError writes the error case of a result<T, plugin-error> (tag 1 at area, the record at
-// area+4) whatever T is: every T of this package's worlds has alignment 4.
-func PutError(m Memory, area uint32, e *PluginError) {
+// PutError writes the error case of a result<T, plugin-error> whose payload is at area+4 (tag
+// 1 at area, the record at area+4): a T of alignment 4 at most, as every T but the scaler's
+// trigger-vote (PutErrorAt).
+func PutError(m Memory, area uint32, e *PluginError) { PutErrorAt(m, area, 4, e) }
+
+// PutErrorAt writes the error case of a result<T, plugin-error> whose payload is at
+// area+payload: tag 1 at area, the plugin-error record at area+payload (payload is 4, or 8 when
+// T has alignment 8).
+func PutErrorAt(m Memory, area, payload uint32, e *PluginError) {
 	PutU8(m, area, 1)
-	PutString(m, area+4, e.Message)
+	at := area + payload
+	PutString(m, at, e.Message)
 	if e.Field == "" {
-		PutU8(m, area+12, 0)
+		PutU8(m, at+8, 0)
 		return
 	}
-	PutU8(m, area+12, 1)
-	PutString(m, area+16, e.Field)
+	PutU8(m, at+8, 1)
+	PutString(m, at+12, e.Field)
 }
 
 // LowerUnitResult allocates the return area of a result<_, plugin-error> (validate-settings):
@@ -155,6 +185,11 @@ func (m *SliceMemory) U8(addr uint32) uint8 { return m.Buf[addr] }
 // U32 reads the little-endian u32 at addr.
 func (m *SliceMemory) U32(addr uint32) uint32 {
 	return binary.LittleEndian.Uint32(m.Buf[addr : addr+4])
+}
+
+// F64 reads the little-endian f64 at addr.
+func (m *SliceMemory) F64(addr uint32) float64 {
+	return math.Float64frombits(binary.LittleEndian.Uint64(m.Buf[addr : addr+8]))
 }
 
 // String reads the string whose (ptr, len) is at addr.

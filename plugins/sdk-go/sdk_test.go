@@ -65,3 +65,29 @@ func TestPluginErrorNamesItsField(t *testing.T) {
 		t.Errorf("%q", e.Error())
 	}
 }
+
+func TestErrorAtAnAlignedPayload(t *testing.T) {
+	m := &SliceMemory{}
+	area := m.Alloc(40, 8)
+	PutErrorAt(m, area, 8, &PluginError{Message: "no", Field: "settings.vote"})
+	if m.U8(area) != 1 || m.String(area+8) != "no" {
+		t.Errorf("tag %d, message %q at @8", m.U8(area), m.String(area+8))
+	}
+	if m.U8(area+16) != 1 || m.String(area+20) != "settings.vote" {
+		t.Errorf("field tag %d @16, field %q @20", m.U8(area+16), m.String(area+20))
+	}
+}
+
+func TestScalarsAndStringsReadBack(t *testing.T) {
+	m := &SliceMemory{}
+	area := m.Alloc(24, 8)
+	PutF64(m, area, 0.25)
+	PutU32(m, area+8, 7)
+	PutString(m, area+16, "shop/reviews")
+	if m.F64(area) != 0.25 || U32(m, area+8) != 7 || U8(m, area+8) != 7 {
+		t.Errorf("f64 %v, u32 %d", m.F64(area), U32(m, area+8))
+	}
+	if got := StringAt(m, area+16); got != "shop/reviews" {
+		t.Errorf("string %q", got)
+	}
+}
