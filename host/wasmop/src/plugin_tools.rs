@@ -333,6 +333,11 @@ pub(crate) struct EntryOptions {
     /// `wasmop run --extra-ca-file`.
     #[arg(long, value_name = "FILE")]
     pub extra_ca_file: Option<PathBuf>,
+    /// Wall clock the component's compile may take, as `wasmop run --compile-timeout`: past it
+    /// the plugin does not load. Accepts `90s`, `2m`.
+    #[arg(long, env = "WASMOP_COMPILE_TIMEOUT", value_name = "DURATION", default_value = "60s",
+          value_parser = wasmop_resolver::parse_duration)]
+    pub compile_timeout: std::time::Duration,
 }
 
 impl EntryOptions {
@@ -398,8 +403,8 @@ impl EntryOptions {
         })
     }
 
-    /// A runtime for the entry: [`EntryOptions::runtime_options`], and `--plugin-data-root` as
-    /// the plugin data root when `--read-only-dir` is given.
+    /// A runtime for the entry: [`EntryOptions::runtime_options`], `--compile-timeout`, and
+    /// `--plugin-data-root` as the plugin data root when `--read-only-dir` is given.
     ///
     /// # Errors
     /// As [`EntryOptions::runtime_options`] and [`EntryOptions::data_root`].
@@ -408,6 +413,10 @@ impl EntryOptions {
         if self.read_only_dir.is_some() {
             runtime.set_plugin_data_root(self.data_root()?);
         }
+        runtime.set_compile_limits(wasmop_plugin_host::CompileLimits {
+            timeout: self.compile_timeout,
+            ..wasmop_plugin_host::CompileLimits::default()
+        });
         Ok(runtime)
     }
 

@@ -30,6 +30,30 @@ fn text(o: &Output) -> String {
 }
 
 #[test]
+fn check_takes_the_compile_timeout_of_wasmop_run() {
+    let cache = std::env::temp_dir().join(format!("wasmop-cli-compile-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmop"))
+        .args([
+            "plugin",
+            "check",
+            &component("dr_none.wasm"),
+            "--hook",
+            "dr",
+        ])
+        .args(["--compile-timeout", "1ms"])
+        .env("WASMOP_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("compiling it took longer than 1ms (wasmop run --compile-timeout)"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn check_finds_the_world_and_validates_settings() {
     let ok = wasmop(&["plugin", "check", &component("routing_istio.wasm")]);
     assert!(ok.status.success(), "{}", text(&ok));
