@@ -7,6 +7,7 @@
 mod cli;
 mod conformance;
 mod migrate;
+mod plugin_new;
 mod plugin_tools;
 mod registry_watch;
 mod run;

@@ -1,6 +1,7 @@
-//! `wasmop plugin check|check-registry|run|test|scaffold|push|pull`: the tools of plugin
-//! authors, which load a component as the operator would, without a cluster, run the hook's
-//! conformance suite on it ([`crate::conformance`]), and move it to and from an OCI registry.
+//! `wasmop plugin new|check|check-registry|run|test|scaffold|push|pull`: the tools of plugin
+//! authors, which write a plugin to start from ([`crate::plugin_new`]), load a component as the
+//! operator would, without a cluster, run the hook's conformance suite on it
+//! ([`crate::conformance`]), and move it to and from an OCI registry.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,6 +21,10 @@ use wasmop_plugin_host::{
 /// `wasmop plugin …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum PluginCommand {
+    /// Write a plugin to start from into DIR: for the hook, in the language, with a build
+    /// script and a README of the commands to build, check and register it; it passes `plugin
+    /// check` and `plugin test` as written (docs/plugins.md, "The author's path").
+    New(crate::plugin_new::NewOptions),
     /// Load a component, check its world and version, call `info` and `validate-settings`.
     Check {
         /// The component file (`.wasm`) or `builtin://NAME`.
@@ -438,6 +443,10 @@ impl EntryOptions {
 /// An input that cannot be read or parsed; a plugin that fails is an exit code, not an error.
 pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
     match command {
+        PluginCommand::New(opts) => {
+            crate::plugin_new::plugin_new(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
         PluginCommand::Check {
             plugin,
             hook,
