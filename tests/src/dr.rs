@@ -100,7 +100,7 @@ pub async fn start_operator(
         .args(extra_args)
         .env("KUBECONFIG", kubeconfig)
         .env("WASMOP_LOG", "info,wasmop=debug")
-        .env("WASMOP_CACHE_DIR", dump_dir().join("component-cache"));
+        .env("WASMOP_CACHE_DIR", crate::operator_cache_dir());
     for (k, v) in env {
         cmd.env(k, v);
     }

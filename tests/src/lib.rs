@@ -56,6 +56,16 @@ pub fn dump_dir() -> PathBuf {
     dir
 }
 
+/// The compile cache of the operators the tests start ([`Operator::start`]):
+/// `target/e2e-dumps/component-cache`, created by the first compile. A test that compiles a
+/// component with `wasmop plugin check` there first has an operator load it from the cache.
+pub fn operator_cache_dir() -> PathBuf {
+    repo_root()
+        .join("target")
+        .join("e2e-dumps")
+        .join("component-cache")
+}
+
 fn unique_name(hint: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
@@ -550,7 +560,7 @@ impl Operator {
             .args(extra_args)
             .env("KUBECONFIG", &kubeconfig)
             .env("WASMOP_LOG", "info,wasmop=debug")
-            .env("WASMOP_CACHE_DIR", dump_dir().join("component-cache"));
+            .env("WASMOP_CACHE_DIR", operator_cache_dir());
         let log = dump_dir().join(format!("{ns}-{identity}.log"));
         let mut process = Process::spawn(cmd, log);
         let ready_addr = addr.clone();

@@ -112,10 +112,7 @@ fn the_rendered_registry_checks_clean() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmop"))
         .args(["plugin", "check-registry"])
         .arg(&manifests)
-        .env(
-            "WASMOP_CACHE_DIR",
-            wasmop_tests::dump_dir().join("component-cache"),
-        )
+        .env("WASMOP_CACHE_DIR", wasmop_tests::operator_cache_dir())
         .output()
         .expect("run wasmop plugin check-registry");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -1,11 +1,13 @@
 //! `wasmop plugin new`: the plugin it writes, for every hook in every language, builds with the
 //! toolchains of scripts/setup.sh by its own `build.sh`, passes its own native tests, and passes
 //! `wasmop plugin check` and `wasmop plugin test` (the hook's conformance suite and the
-//! plugin's `fixtures/`, which pin what it decides) as written. Also what `plugin new` refuses.
+//! plugin's `fixtures/`, which pin what it decides) as written; the dr plugin of each language,
+//! pushed to the OCI registry on loopback and named by `oci://` in an operator's registry on the
+//! local control plane, decides there. Also what `plugin new` refuses.
 //!
 //! The plugins are written under `<target>/plugin-new/<lang>-<hook>` (afresh each run); the Rust
-//! ones share one cargo target directory there, and every component is compiled into one cache
-//! there, so a run after the first rebuilds only what changed. Each language runs its four hooks
+//! ones share one cargo target directory there, and every component is compiled into the cache
+//! of the operators the tests start, so a run after the first recompiles only what changed. Each language runs its four hooks
 //! in one test, one after the other; the languages' tests run in parallel. Each test appends a
 //! line per plugin to `<target>/plugin-new/report.tsv` (component size, build, check and test
 //! times), the numbers of docs/plugins.md's table.
@@ -44,12 +46,14 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// The `wasmop` under test. The Python and JavaScript components (12 to 18 MiB) change with
-/// every build, so each run compiles them; this debug build, on cores the other tests share,
-/// can take longer than the production compile timeout (60 s) for that.
+/// The `wasmop` under test, compiling into the cache of the operators the tests start, so that
+/// the end-to-end test's operator loads what `plugin check` compiled. The Python and JavaScript
+/// components (12 to 18 MiB) change with every build, so each run compiles them; this debug
+/// build, on cores the other tests share, can take longer than the production compile timeout
+/// (60 s) for that.
 fn wasmop() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmop"));
-    cmd.env("WASMOP_CACHE_DIR", work().join("compile-cache"))
+    cmd.env("WASMOP_CACHE_DIR", wasmop_tests::operator_cache_dir())
         .env("WASMOP_COMPILE_TIMEOUT", "10m");
     cmd
 }
@@ -70,8 +74,9 @@ fn clean(mut cmd: Command) -> Command {
     cmd
 }
 
-/// What one plugin took.
+/// What one plugin took, and its component.
 struct Measured {
+    wasm: PathBuf,
     bytes: u64,
     build: Duration,
     check: Duration,
@@ -144,6 +149,7 @@ fn new_build_check_test(lang: &str, hook: &str) -> Measured {
     );
     assert!(report.contains("passed: "), "{report}");
     Measured {
+        wasm,
         bytes,
         build: built,
         check: checked,
@@ -181,12 +187,25 @@ fn native_tests(lang: &str, dir: &Path) {
     }
 }
 
+const LANGS: [&str; 5] = ["rust", "python", "js", "go", "c"];
+
+/// [`new_build_check_test`] of `lang` and `hook`, once per test process: the end-to-end test
+/// below takes the dr plugins the languages' tests build (or builds them first, and they wait).
+fn plugin(lang: &str, hook: &str) -> &'static Measured {
+    use std::sync::OnceLock;
+    static BUILT: [[OnceLock<Measured>; HOOKS.len()]; LANGS.len()] =
+        [const { [const { OnceLock::new() }; HOOKS.len()] }; LANGS.len()];
+    let l = LANGS.iter().position(|l| *l == lang).expect("a language");
+    let h = HOOKS.iter().position(|h| *h == hook).expect("a hook");
+    BUILT[l][h].get_or_init(|| new_build_check_test(lang, hook))
+}
+
 /// Every hook in `lang`, one after the other; a line per plugin in the report.
 fn every_hook(lang: &str) {
     use std::io::Write as _;
     let mut lines = String::new();
     for hook in HOOKS {
-        let m = new_build_check_test(lang, hook);
+        let m = plugin(lang, hook);
         lines.push_str(&format!(
             "{lang}\t{hook}\t{}\t{:.1}\t{:.2}\t{:.2}\n",
             m.bytes,
@@ -232,6 +251,128 @@ fn go_plugins_build_and_pass_check_and_test() {
 #[ignore = "builds plugins with the toolchains of scripts/setup.sh: run with make test"]
 fn c_plugins_build_and_pass_check_and_test() {
     every_hook("c");
+}
+
+/// What `plugin push` printed: (the component's sha256, the `source:` by manifest digest).
+fn pushed(o: &Output) -> (String, String) {
+    let out = text(o);
+    let sha = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("sha256: \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("no sha256 line in:\n{out}"))
+        .to_owned();
+    let by_digest = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("source: "))
+        .find(|s| s.contains("@sha256:"))
+        .unwrap_or_else(|| panic!("no source by digest in:\n{out}"))
+        .to_owned();
+    (sha, by_digest)
+}
+
+/// The `/plugins` entry of `name` of the operator at `addr`.
+fn plugin_entry(addr: &str, name: &str) -> Option<serde_json::Value> {
+    let (status, body) = wasmop_tests::http_get(addr, "/plugins")?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+    v["plugins"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+}
+
+/// The end of the author's path, for every language: the dr plugin `plugin new` writes, built
+/// and passing `plugin test` (above), pushed with `plugin push` to the OCI registry on loopback
+/// (scripts/setup.d/78-oci-registry.sh) and named by its `oci://` reference in the registry of
+/// an operator on the local control plane. Each language's plugin in turn is the `dr` default,
+/// with a Lease of its own (`leaseName`), and decides: it creates that Lease and renews it, and
+/// `/dr` shows the instance active on it with the plugin's reason.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh), the OCI registry and the plugin toolchains: run with make test or make e2e"]
+async fn a_new_dr_plugin_of_every_language_decides_from_an_oci_registry() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use wasmop_tests::{Operator, eventually, with_temp_ns};
+
+    let built: Vec<(&str, PathBuf)> = LANGS
+        .iter()
+        .map(|lang| (*lang, plugin(lang, "dr").wasm.clone()))
+        .collect();
+    with_temp_ns("plugin-new", |client, ns| async move {
+        let registry = wasmop_tests::oci::OciRegistry::start(&format!("e2e-{ns}"), false).await;
+        let mut entries = Vec::new();
+        for (lang, wasm) in &built {
+            let reference = format!("oci://{}/plugin-new/{lang}-dr:v1", registry.addr);
+            let out = run(wasmop()
+                .args(["plugin", "push"])
+                .arg(wasm)
+                .args([reference.as_str(), "--insecure"])
+                .env_remove("DOCKER_CONFIG")
+                .env("HOME", wasmop_tests::dump_dir()));
+            let (sha, source) = pushed(&out);
+            entries.push((format!("{lang}-dr"), source, sha));
+        }
+        // The first `n` entries; `default` is the dr plugin.
+        let document = |n: usize, default: &str| {
+            let mut doc = String::from("plugins:\n");
+            for (name, source, sha) in &entries[..n] {
+                doc.push_str(&format!(
+                    "  - name: {name}\n    hook: dr\n    source: {source}\n    sha256: \"{sha}\"\n    \
+                     insecure: true\n    settings: {{leaseName: {name}, waitTimeInSeconds: 1, failureThreshold: 3}}\n"
+                ));
+            }
+            doc.push_str(&format!("defaults: {{dr: {default}}}\n"));
+            doc
+        };
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        let apply = async |doc: String| {
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "wasmop-plugins", "namespace": ns},
+                "data": {"plugins.yaml": doc}
+            }))
+            .unwrap();
+            configmaps
+                .patch("wasmop-plugins", &PatchParams::apply("wasmop-e2e").force(), &Patch::Apply(&cm))
+                .await
+                .unwrap();
+        };
+        // The operator is ready once its registry has loaded: it starts with the Rust plugin
+        // alone, and the others (the Python and JavaScript ones compile for a while in this
+        // debug build on shared cores) come with the first switch.
+        apply(document(1, &entries[0].0)).await;
+        let mut operator =
+            Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &["--compile-timeout", "10m"]).await;
+        let identity = format!("wasmop-{ns}");
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+        let timeout = Duration::from_secs(180);
+        for (name, _, sha) in &entries {
+            apply(document(entries.len(), name)).await;
+            let addr = operator.addr.clone();
+            eventually(&format!("{name} serving the pushed component"), timeout, async || {
+                assert!(operator.process.alive(), "the operator exited:\n{}", operator.process.log());
+                plugin_entry(&addr, name).filter(|p| p["ready"] == true && p["servingDigest"] == sha.as_str())
+            })
+            .await;
+            let status = eventually(&format!("{name} to create and renew Lease {name}"), timeout, async || {
+                let lease = leases.get(name).await.ok()?;
+                let holder = lease.spec?.holder_identity?;
+                let status = wasmop_tests::dr::dr_status(&addr)?;
+                (holder == identity
+                    && status["state"] == "active"
+                    && status["backend"].as_str()?.contains(name.as_str())
+                    && status["reason"].as_str()?.contains("holding the lease: renewing it"))
+                .then_some(status)
+            })
+            .await;
+            assert!(status["error"].is_null(), "{status}");
+        }
+        drop(registry);
+    })
+    .await;
 }
 
 /// A directory of its own under the system's temporary directory, for the tests that build
