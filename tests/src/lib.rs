@@ -48,6 +48,22 @@ pub fn kubectl() -> Command {
     Command::new("kubectl")
 }
 
+/// Removes from `cmd` the variables of the cargo that runs the test, which would point a cargo
+/// or build script it starts at this workspace's target directory and flags.
+pub fn without_cargo_env(cmd: &mut Command) -> &mut Command {
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_MANIFEST_DIR",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// Where failed tests' namespace dumps, process logs and generated files are written
 /// (`target/e2e-dumps`, created if absent).
 pub fn dump_dir() -> PathBuf {

@@ -161,3 +161,24 @@ impl OciRegistry {
         format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, self.addr)
     }
 }
+
+/// What `wasmop plugin push` printed (`printed`: its stdout and stderr): the component's
+/// sha256 and the `source:` by manifest digest.
+///
+/// # Panics
+/// When either line is missing.
+pub fn pushed(printed: &str) -> (String, String) {
+    let sha = printed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("sha256: \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("no sha256 line in:\n{printed}"))
+        .to_owned();
+    let by_digest = printed
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("source: "))
+        .find(|s| s.contains("@sha256:"))
+        .unwrap_or_else(|| panic!("no source by digest in:\n{printed}"))
+        .to_owned();
+    (sha, by_digest)
+}

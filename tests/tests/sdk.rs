@@ -22,20 +22,11 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// A cargo command without the variables of the cargo that runs this test, which would point
-/// the inner one at this workspace's target directory and flags.
+/// A cargo command without the variables of the cargo that runs this test
+/// ([`wasmop_tests::without_cargo_env`]).
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    for var in [
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_MANIFEST_DIR",
-    ] {
-        cmd.env_remove(var);
-    }
+    wasmop_tests::without_cargo_env(&mut cmd);
     cmd
 }
 

@@ -58,12 +58,13 @@ where
     let (store, writer) = reflector::store();
     let index = Index::new(store.clone(), key);
     let events = index.clone();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(|k: &mut K| k.meta_mut().managed_fields = None)
-        .inspect_ok(move |event| events.apply(event))
-        .reflect(writer)
-        .touched_objects();
+    let stream = reflected(
+        api,
+        config,
+        writer,
+        |_| {},
+        move |event| events.apply(event),
+    );
     (store, index, stream)
 }
 
@@ -87,16 +88,37 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let mut trim = trim;
-    let stream = watcher(api, config)
+    (store, reflected(api, config, writer, trim, |_| {}))
+}
+
+/// The watch of every cache: with backoff, each object without `managedFields` and through
+/// `trim`, each event shown to `observe` and then applied to `writer`'s store; it yields the
+/// objects applied or deleted.
+fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+    mut observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(api, config)
         .default_backoff()
         .modify(move |k: &mut K| {
             k.meta_mut().managed_fields = None;
             trim(k);
         })
+        .inspect_ok(move |event| observe(event))
         .reflect(writer)
-        .touched_objects();
-    (store, stream)
+        .touched_objects()
 }
 
 /// A secondary index over a cache's store: the objects that share a key (e.g. the

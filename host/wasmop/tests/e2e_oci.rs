@@ -46,23 +46,12 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// What `plugin push` printed: (the component's sha256, the `source:` by manifest digest).
+/// What a successful `plugin push` printed: (the component's sha256, the `source:` by
+/// manifest digest).
 fn pushed(o: &Output) -> (String, String) {
     let out = text(o);
     assert!(o.status.success(), "{out}");
-    let sha = out
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("sha256: \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap_or_else(|| panic!("no sha256 line in:\n{out}"))
-        .to_owned();
-    let by_digest = out
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("source: "))
-        .find(|s| s.contains("@sha256:"))
-        .unwrap_or_else(|| panic!("no source by digest in:\n{out}"))
-        .to_owned();
-    (sha, by_digest)
+    wasmop_tests::oci::pushed(&out)
 }
 
 /// `plugin push FILE REFERENCE --insecure --docker-config CONFIG`.

@@ -58,19 +58,10 @@ fn wasmop() -> Command {
     cmd
 }
 
-/// A command without the variables of the cargo that runs this test, which would point a
-/// plugin's own cargo at this workspace's target directory and flags.
+/// `cmd` without the variables of the cargo that runs this test
+/// ([`wasmop_tests::without_cargo_env`]).
 fn clean(mut cmd: Command) -> Command {
-    for var in [
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_MANIFEST_DIR",
-    ] {
-        cmd.env_remove(var);
-    }
+    wasmop_tests::without_cargo_env(&mut cmd);
     cmd
 }
 
@@ -253,24 +244,6 @@ fn c_plugins_build_and_pass_check_and_test() {
     every_hook("c");
 }
 
-/// What `plugin push` printed: (the component's sha256, the `source:` by manifest digest).
-fn pushed(o: &Output) -> (String, String) {
-    let out = text(o);
-    let sha = out
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("sha256: \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap_or_else(|| panic!("no sha256 line in:\n{out}"))
-        .to_owned();
-    let by_digest = out
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("source: "))
-        .find(|s| s.contains("@sha256:"))
-        .unwrap_or_else(|| panic!("no source by digest in:\n{out}"))
-        .to_owned();
-    (sha, by_digest)
-}
-
 /// The `/plugins` entry of `name` of the operator at `addr`.
 fn plugin_entry(addr: &str, name: &str) -> Option<serde_json::Value> {
     let (status, body) = wasmop_tests::http_get(addr, "/plugins")?;
@@ -312,7 +285,7 @@ async fn a_new_dr_plugin_of_every_language_decides_from_an_oci_registry() {
                 .args([reference.as_str(), "--insecure"])
                 .env_remove("DOCKER_CONFIG")
                 .env("HOME", wasmop_tests::dump_dir()));
-            let (sha, source) = pushed(&out);
+            let (sha, source) = wasmop_tests::oci::pushed(&text(&out));
             entries.push((format!("{lang}-dr"), source, sha));
         }
         // The first `n` entries; `default` is the dr plugin.
