@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every example plugin into one directory, one component each:
-#   canary-router.wasm       Rust, routing      (rust-canary-router)
+#   retry-router.wasm        Rust, routing      (rust-retry-router)
 #   schedule-scaler.wasm     Python, scaling    (python-schedule-scaler)
 #   annotation-restart.wasm  JavaScript, restart (js-annotation-restart)
 #   business-hours-dr.wasm   C, dr              (c-business-hours-dr)
@@ -68,13 +68,13 @@ build() {
   echo "$want" >"$out/$component.stamp"
 }
 
-build_rust_canary_router() {
+build_rust_retry_router() {
   # The target directory host/plugin-host/build.rs builds the default plugins in, so their
   # dependencies are compiled once.
   local target=${CARGO_TARGET_DIR:-$root/target}/plugins
-  (cd "$root" && cargo build --quiet --locked -p canary-router --target wasm32-wasip2 --profile plugin \
+  (cd "$root" && cargo build --quiet --locked -p retry-router --target wasm32-wasip2 --profile plugin \
     --target-dir "$target")
-  cp "$target/wasm32-wasip2/plugin/canary_router.wasm" "$1"
+  cp "$target/wasm32-wasip2/plugin/retry_router.wasm" "$1"
 }
 
 build_python_schedule_scaler() {
@@ -124,7 +124,7 @@ build_go_max_age_restart() {
 }
 
 only="$*"
-build rust-canary-router canary-router.wasm examples/plugins/rust-canary-router plugins/sdk Cargo.lock
+build rust-retry-router retry-router.wasm examples/plugins/rust-retry-router plugins/sdk Cargo.lock
 build python-schedule-scaler schedule-scaler.wasm examples/plugins/python-schedule-scaler \
   plugins/sdk-python
 build js-annotation-restart annotation-restart.wasm examples/plugins/js-annotation-restart plugins/sdk-js

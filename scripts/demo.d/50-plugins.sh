@@ -14,7 +14,7 @@ ls -lh "$out"/*.wasm
 
 step "wasmop plugin check, one plugin per language"
 check() { "$WASMOP_BIN" plugin check "$out/$1" --hook "$2" --settings "$3" 2>/dev/null; }
-check canary-router.wasm routing '{"percent": 10}'
+check retry-router.wasm routing '{"attempts": 3}'
 check schedule-scaler.wasm scaling '{"holidays": ["2026-12-25"]}'
 check annotation-restart.wasm restart '{}'
 check business-hours-dr.wasm dr '{"utcOffsetMinutes": 60}'

@@ -122,12 +122,12 @@ async fn votes_follow_the_exported_value_and_bad_results_are_errors() {
     let Failure::Plugin { message, field } = &e.failure else {
         panic!("{e}")
     };
-    assert_eq!(field.as_deref(), Some("metadata.query"));
+    assert_eq!(field.as_deref(), Some("request.metadata.query"));
     // The host names the field once, before the plugin's message.
     assert!(message.starts_with("query returned no series"), "{message}");
     assert!(
         e.to_string()
-            .contains("plugin error at metadata.query: query returned no series"),
+            .contains("plugin error at request.metadata.query: query returned no series"),
         "{e}"
     );
     exporter.set_body(
@@ -196,7 +196,7 @@ async fn an_unhealthy_scrape_target_gives_no_vote() {
     let Failure::Plugin { message, field } = &e.failure else {
         panic!("{e}")
     };
-    assert_eq!(field.as_deref(), Some("metadata.uptimeFilter"));
+    assert_eq!(field.as_deref(), Some("request.metadata.uptimeFilter"));
     assert!(
         message.contains("Prometheus health check failed: up{job=\"not-scraped\"} was not 1"),
         "{message}"
@@ -268,7 +268,7 @@ async fn votes_over_https_trust_the_extra_ca() {
     let Failure::Plugin { message, field } = &e.failure else {
         panic!("{e}")
     };
-    assert_eq!(field.as_deref(), Some("metadata.serverAddress"), "{e}");
+    assert_eq!(field.as_deref(), Some("request.metadata.serverAddress"), "{e}");
     assert!(
         message.contains(&format!(
             "the TLS certificate of serverAddress {server} is not trusted: it must be valid for \
@@ -303,7 +303,7 @@ async fn unreachable_and_silent_servers_fail_with_their_cause() {
         let Failure::Plugin { message, field } = &e.failure else {
             panic!("{addr}: {e}")
         };
-        assert_eq!(field.as_deref(), Some("metadata.serverAddress"), "{e}");
+        assert_eq!(field.as_deref(), Some("request.metadata.serverAddress"), "{e}");
         assert!(message.contains(&says), "{addr}: {message}");
         assert!(!message.starts_with("metadata."), "{addr}: {message}");
     }

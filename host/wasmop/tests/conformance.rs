@@ -42,10 +42,10 @@ fn components() -> Vec<Component> {
     let default = |file: &str| wasmop_tests::components_dir().join(file);
     vec![
         Component {
-            file: ex("canary-router.wasm"),
+            file: ex("retry-router.wasm"),
             hook: Hook::Routing,
-            name: "canary-router",
-            settings: json!({"percent": 10}),
+            name: "retry-router",
+            settings: json!({"attempts": 3}),
         },
         Component {
             file: ex("schedule-scaler.wasm"),
@@ -111,43 +111,13 @@ fn component(name: &str) -> Component {
         .unwrap_or_else(|| panic!("no component {name}"))
 }
 
-/// Properties of `wasmop plugin test` that a component is known to break, by component name,
-/// with why. The suite must fail each of them, and only them: fixing one fails this test until
-/// its entry is removed.
-const KNOWN_FAILURES: &[(&str, &str, &str)] = &[
-    (
-        "canary-router",
-        "route-checks",
-        "its canary route has no `match` and sends a share to the default subset: the routing \
-         controller refuses the answer (examples/plugins/rust-canary-router)",
-    ),
-    (
-        "scaling-prometheus",
-        "well-formed-output",
-        "its plugin-error for a trigger type it does not handle names field `type`, not \
-         `request.trigger-type` (plugins/scaling-prometheus)",
-    ),
-    (
-        "dr-lease",
-        "rejects-malformed-settings",
-        "rejects settings that are not JSON without a field, and takes unknown keys \
-         (plugins/dr-lease)",
-    ),
-    (
-        "none",
-        "rejects-malformed-settings",
-        "rejects settings that are not JSON without a field, and takes unknown keys \
-         (plugins/dr-none)",
-    ),
-];
-
 /// The author's fixtures of the component `name`, if its sources carry some: the `fixtures`
 /// directory of its example (`examples/plugins/*/fixtures`, in the format `plugin test` and the
 /// Rust SDK's harness share) or of its default plugin (`plugins/*/fixtures`).
 fn fixtures(name: &str) -> Option<PathBuf> {
     let root = wasmop_tests::repo_root();
     let dir = match name {
-        "canary-router" => root.join("examples/plugins/rust-canary-router"),
+        "retry-router" => root.join("examples/plugins/rust-retry-router"),
         "schedule-scaler" => root.join("examples/plugins/python-schedule-scaler"),
         "annotation-restart" => root.join("examples/plugins/js-annotation-restart"),
         "business-hours-dr" => root.join("examples/plugins/c-business-hours-dr"),
@@ -184,8 +154,7 @@ fn plugin_test(c: &Component) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// The verdict of `wasmop plugin test` on `c`: it passes, or fails exactly the properties
-/// [`KNOWN_FAILURES`] lists for it.
+/// The verdict of `wasmop plugin test` on `c`: it loads and passes every property.
 fn conforms(c: &Component) -> Result<(), String> {
     let (ok, text) = plugin_test(c);
     let loads = format!("ok: loads: {} ", c.name);
@@ -197,14 +166,9 @@ fn conforms(c: &Component) -> Result<(), String> {
         .filter_map(|l| l.strip_prefix("FAIL: "))
         .filter_map(|l| l.split(':').next())
         .collect();
-    let known: Vec<&str> = KNOWN_FAILURES
-        .iter()
-        .filter(|(name, _, _)| *name == c.name)
-        .map(|(_, property, _)| *property)
-        .collect();
-    if failed != known || ok != known.is_empty() {
+    if !ok || !failed.is_empty() {
         return Err(format!(
-            "{}: wasmop plugin test failed {failed:?}, expected {known:?} (KNOWN_FAILURES):\n{text}",
+            "{}: wasmop plugin test failed {failed:?}:\n{text}",
             c.name
         ));
     }
@@ -212,7 +176,7 @@ fn conforms(c: &Component) -> Result<(), String> {
 }
 
 /// Every component passes `wasmop plugin test`, the conformance suite authors run, with its
-/// settings and its own fixtures if it has some (but for [`KNOWN_FAILURES`]). Runs once, before
+/// settings and its own fixtures if it has some. Runs once, before
 /// the calls below, so that each component is compiled once (into the shared cache) rather than
 /// by every test at the same time; one component at a time, so that the large ones (Python,
 /// JavaScript) do not share the cores while they compile under `wasmop run`'s compile timeout.
@@ -314,26 +278,24 @@ fn reviews_vs() -> Value {
 
 #[tokio::test]
 #[ignore = "builds the example plugins with the toolchains of scripts/setup.sh: run with make test"]
-async fn rust_canary_router_sends_matches_and_a_share_of_the_rest_to_the_subset() {
-    let p = load("canary-router", |_| {}).await;
+async fn rust_retry_router_sends_matches_to_the_subset_with_retries() {
+    let p = load("retry-router", |_| {}).await;
     let out = call(&p, route_request(&reviews_vs())).await.unwrap();
     let http: Value = serde_json::from_str(out["http"].as_str().unwrap()).unwrap();
-    assert_eq!(http.as_array().unwrap().len(), 3, "{http}");
+    assert_eq!(http.as_array().unwrap().len(), 2, "{http}");
+    assert_eq!(http[0]["name"], "de-feature-x-1a2b3c-0");
     assert_eq!(
         http[0]["match"][0]["headers"]["end-user"],
         json!({"exact": "jason"})
     );
-    assert_eq!(http[0]["route"][0]["destination"]["subset"], "feature-x");
-    assert_eq!(http[1]["name"], "de-feature-x-1a2b3c-canary-0");
     assert_eq!(
-        http[1]["route"],
-        json!([
-            {"destination": {"host": "reviews", "subset": "shared"}, "weight": 90},
-            {"destination": {"host": "reviews", "subset": "feature-x"}, "weight": 10,
-             "headers": {"response": {"add": {"x-dynamic-env": "reviews-shop-feature-x"}}}}
-        ])
+        http[0]["route"],
+        json!([{"destination": {"host": "reviews", "subset": "feature-x"},
+                "headers": {"response": {"add": {"x-dynamic-env": "reviews-shop-feature-x"}}}}])
     );
-    assert_eq!(http[2]["name"], "default", "the original route stays last");
+    assert_eq!(http[0]["retries"]["attempts"], 3, "the settings' attempts");
+    assert_eq!(http[0]["retries"]["perTryTimeout"], "2s", "the default");
+    assert_eq!(http[1]["name"], "default", "the original route stays last");
 
     let e = call(&p, route_request(&json!({"spec": {}})))
         .await

@@ -11,7 +11,7 @@ impl Guest for Plugin {
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {
-        Ok(crate::validate_settings(&settings)?)
+        crate::validate_settings(&settings)
     }
 
     fn check(_settings: String, r: StateRequest) -> Result<StateDecision, PluginError> {

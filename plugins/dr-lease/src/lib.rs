@@ -101,16 +101,13 @@ fn decision(state: State, action: Action, reason: impl Into<String>) -> Decision
     }
 }
 
-/// Validates the plugin settings: a JSON object, currently without keys of its own.
+/// Validates the plugin settings: the DR settings (docs/dr.md), with no keys of its own.
 ///
 /// # Errors
-/// A message naming the problem when `settings` is not a JSON object.
-pub fn validate_settings(settings: &str) -> Result<(), String> {
-    match serde_json::from_str::<serde_json::Value>(settings) {
-        Ok(serde_json::Value::Object(_)) => Ok(()),
-        Ok(other) => Err(format!("settings must be a JSON object, got {other}")),
-        Err(e) => Err(format!("settings are not valid JSON: {e}")),
-    }
+/// A `plugin-error` at `settings` when they are not a JSON object, or at `settings.KEY` for a
+/// key the DR settings do not have.
+pub fn validate_settings(settings: &str) -> Result<(), wasmop_plugin_sdk::PluginError> {
+    wasmop_plugin_sdk::dr_settings::validate(settings).map(drop)
 }
 
 /// Decides one tick; see the module documentation for the table it implements.
@@ -402,13 +399,12 @@ mod tests {
     }
 
     #[test]
-    fn settings_must_be_an_object() {
-        assert!(validate_settings("{}").is_ok());
-        assert!(validate_settings("[]").unwrap_err().contains("JSON object"));
-        assert!(
-            validate_settings("{")
-                .unwrap_err()
-                .contains("not valid JSON")
-        );
+    fn settings_are_the_dr_settings() {
+        assert!(validate_settings(r#"{"leaseName": "w", "waitTimeInSeconds": 5}"#).is_ok());
+        let e = validate_settings(r#"{"leaseNmae": "w"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("settings.leaseNmae"));
+        let e = validate_settings("[]").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("settings"));
+        assert!(e.message.contains("JSON object"), "{}", e.message);
     }
 }

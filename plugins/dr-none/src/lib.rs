@@ -9,16 +9,13 @@ mod component;
 /// The reason given with every decision.
 pub const REASON: &str = "single instance (state checker `none`): always active";
 
-/// Validates the settings: a JSON object (the host's DR settings; nothing of its own).
+/// Validates the settings: the DR settings (docs/dr.md), with no keys of its own.
 ///
 /// # Errors
-/// A message when `settings` is not a JSON object.
-pub fn validate_settings(settings: &str) -> Result<(), String> {
-    match serde_json::from_str::<serde_json::Value>(settings) {
-        Ok(serde_json::Value::Object(_)) => Ok(()),
-        Ok(other) => Err(format!("settings must be a JSON object, got {other}")),
-        Err(e) => Err(format!("settings are not valid JSON: {e}")),
-    }
+/// A `plugin-error` at `settings` when they are not a JSON object, or at `settings.KEY` for a
+/// key the DR settings do not have.
+pub fn validate_settings(settings: &str) -> Result<(), wasmop_plugin_sdk::PluginError> {
+    wasmop_plugin_sdk::dr_settings::validate(settings).map(drop)
 }
 
 #[cfg(test)]
@@ -26,14 +23,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_must_be_an_object() {
+    fn settings_are_the_dr_settings() {
         assert!(validate_settings("{}").is_ok());
-        assert!(validate_settings("{\"backend\": \"none\"}").is_ok());
-        assert!(validate_settings("3").unwrap_err().contains("JSON object"));
-        assert!(
-            validate_settings("{")
-                .unwrap_err()
-                .contains("not valid JSON")
-        );
+        assert!(validate_settings(r#"{"backend": "none"}"#).is_ok());
+        let e = validate_settings(r#"{"backend": "none", "replicas": 1}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("settings.replicas"));
+        let e = validate_settings("{").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("settings"));
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
     }
 }

@@ -12,7 +12,7 @@ struct Plugin;
 
 fn plugin_error(e: Error) -> PluginError {
     match &e.field {
-        Some(field) => PluginError::at(field, e.detail()),
+        Some(field) => PluginError::at(crate::request_field(field), e.detail()),
         None => PluginError::new(e.detail()),
     }
 }

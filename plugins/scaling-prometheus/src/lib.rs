@@ -99,6 +99,20 @@ impl Error {
     }
 }
 
+/// The WIT path of an [`Error::field`]: the paths the plugin's own functions use are relative
+/// to the trigger (`type`, `metadata.query`) or are `settings…`; the `plugin-error` it answers
+/// names the field of the `trigger-request` (`request.trigger-type`, `request.metadata.query`)
+/// or of the settings, as every plugin does (docs/plugins.md, "Errors").
+pub fn request_field(field: &str) -> String {
+    if field == "settings" || field.starts_with("settings.") {
+        field.to_owned()
+    } else if field == "type" {
+        "request.trigger-type".to_owned()
+    } else {
+        format!("request.{field}")
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

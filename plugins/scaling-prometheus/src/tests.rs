@@ -508,3 +508,12 @@ fn the_detail_leaves_the_field_to_the_host() {
     assert_eq!(other.detail(), "metadata.queryX: odd");
     assert_eq!(Error::general("no vote").detail(), "no vote");
 }
+
+#[test]
+fn error_fields_become_paths_of_the_request() {
+    assert_eq!(request_field("type"), "request.trigger-type");
+    assert_eq!(request_field("metadata.query"), "request.metadata.query");
+    assert_eq!(request_field("metadata"), "request.metadata");
+    assert_eq!(request_field("settings"), "settings");
+    assert_eq!(request_field("settings.timeoutMs"), "settings.timeoutMs");
+}

@@ -1,7 +1,7 @@
 //! The Rust SDK of wasmop plugins: guest-side bindings for the `wasmop:plugin@0.1.0` worlds
 //! (generated from `wit/plugin.wit`, which this crate carries) and the helpers plugins otherwise
 //! write by hand: [`http`] (a blocking client over `wasi:http`), [`quantity`] (Kubernetes
-//! quantities), [`duration`] (Go durations) and [`fixtures`] (run the plugin's `Guest`
+//! quantities), [`duration`] (Go durations), [`dr_settings`] (the shape of the DR settings) and [`fixtures`] (run the plugin's `Guest`
 //! functions on JSON request files from its own `cargo test`).
 //!
 //! A Rust plugin depends on this crate, implements the world's `Guest` trait and exports it
@@ -20,6 +20,7 @@
 //! and [`Hook`] are the same Rust types whichever world a plugin exports; [`PluginError::new`],
 //! [`PluginError::at`] and [`PluginInfo::new`] are the glue every plugin otherwise writes.
 
+pub mod dr_settings;
 pub mod duration;
 pub mod fixtures;
 pub mod http;

@@ -16,7 +16,7 @@ fn istio(v: StringMatch) -> serde_json::Value {
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo::new("canary-router", env!("CARGO_PKG_VERSION"), Hook::Routing)
+        PluginInfo::new("retry-router", env!("CARGO_PKG_VERSION"), Hook::Routing)
     }
 
     fn validate_settings(settings: String) -> Result<(), PluginError> {
@@ -57,10 +57,10 @@ impl Guest for Plugin {
             .map_err(|e| PluginError::at("request.virtual-service", e))?;
         wasmop_plugin_sdk::log!(
             Debug,
-            "{}: {} routes, {}% canary to subset {}",
+            "{}: {} routes, {} retries to subset {}",
             request.dynamic_env,
             http.len(),
-            settings.percent,
+            settings.attempts,
             req.subset
         );
         let http = serde_json::to_string(&http)

@@ -1,39 +1,53 @@
-//! Example `routing` plugin: a percentage canary for DynamicEnv subsets.
+//! Example `routing` plugin: the DynamicEnv's testers reach its subset with retries.
 //!
 //! For every HTTP route of the VirtualService whose only destination is the service host at
-//! its default version, [`route`] inserts, before that route:
+//! its default version, [`route`] inserts, before that route, one copy per `istioMatch` (the
+//! DynamicEnv's header and source-label conditions, merged into each of the route's `match`
+//! entries) that sends every matching request to the subset and retries it there: a clone
+//! under test is often fresh and restarts, and a tester should not see each restart as an
+//! error. The copy keeps the route's other fields (`timeout`, `rewrite`, ...), with its
+//! `retries` replaced.
 //!
-//! 1. one copy per `istioMatch` (the DynamicEnv's header and source-label conditions, merged
-//!    into each of the route's `match` entries) that sends **all** matching requests to the
-//!    subset, so testers always reach it;
-//! 2. one canary copy with the route's own `match` that splits the remaining requests:
-//!    `percent` % to the subset, the rest to the default version.
+//! Copies are named `<route prefix><n>`, so the host recognises them as this plugin's earlier
+//! output and they are replaced on the next call: running [`route`] on its own output gives the
+//! same output. Routes with several or weighted destinations are left alone. The subset's
+//! destination carries the response header `responseHeader` (default `x-dynamic-env`) naming
+//! the clone, so a client can tell which version answered. Everything the plugin adds passes
+//! the host's route checks: each copy carries one of the DynamicEnv's matches and sends only
+//! to its subset (docs/plugins.md, "What the host checks").
 //!
-//! Copies are named `<route prefix><n>` (header copies) and `<route prefix>canary-<n>`, so the
-//! host recognises them as this plugin's earlier output and they are replaced on the next call:
-//! running [`route`] on its own output gives the same output. Routes with several or weighted
-//! destinations are left alone (a canary on top of an existing split is ambiguous). The
-//! subset's destination carries the response header `responseHeader` (default
-//! `x-dynamic-env`) naming the clone, so a client can tell which version answered.
-//!
-//! Settings: `{"percent": 0..=100, "responseHeader": "<header name>"}`, both optional
-//! (defaults 10 and `x-dynamic-env`).
+//! Settings: `{"attempts": 0..=10, "perTryTimeout": "<Go duration>", "responseHeader": "<header
+//! name>"}`, each optional (defaults 2, `2s` and `x-dynamic-env`); `attempts: 0` turns the
+//! route's retries off for the testers.
 
 #[cfg(any(target_arch = "wasm32", test))]
 mod component;
 
-use serde_json::{Map, Value, json};
+use std::time::Duration;
 
-/// The share of unmatched requests sent to the subset when the settings name none.
-pub const DEFAULT_PERCENT: u32 = 10;
+use serde_json::{Map, Value, json};
+use wasmop_plugin_sdk::duration::parse_go_duration;
+
+/// Retries of a tester's request when the settings name none.
+pub const DEFAULT_ATTEMPTS: u32 = 2;
+/// The most retries the settings may ask for.
+pub const MAX_ATTEMPTS: u32 = 10;
+/// The time each try may take when the settings name none.
+pub const DEFAULT_PER_TRY_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest `perTryTimeout` the settings may ask for.
+pub const MAX_PER_TRY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The response header naming the clone when the settings name none.
 pub const DEFAULT_RESPONSE_HEADER: &str = "x-dynamic-env";
+/// What Envoy retries on: the failures of a pod that is starting or going away.
+pub const RETRY_ON: &str = "connect-failure,refused-stream,reset,unavailable,503";
 
 /// The plugin settings (its `settings:` in the `wasmop-plugins` ConfigMap).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
-    /// `percent`: share (0–100) of the requests that match no `istioMatch` sent to the subset.
-    pub percent: u32,
+    /// `attempts`: retries of a tester's request (Istio's `retries.attempts`), 0 to 10.
+    pub attempts: u32,
+    /// `perTryTimeout`: the time each try may take, a Go duration up to 60 s.
+    pub per_try_timeout: Duration,
     /// `responseHeader`: added to the subset's responses, with the clone's unique name.
     pub response_header: String,
 }
@@ -41,7 +55,8 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            percent: DEFAULT_PERCENT,
+            attempts: DEFAULT_ATTEMPTS,
+            per_try_timeout: DEFAULT_PER_TRY_TIMEOUT,
             response_header: DEFAULT_RESPONSE_HEADER.into(),
         }
     }
@@ -54,8 +69,9 @@ impl Settings {
     /// Parses the settings JSON object; absent keys take their defaults.
     ///
     /// # Errors
-    /// The message and field of the first problem: not an object, an unknown key, `percent`
-    /// not an integer in 0..=100, `responseHeader` not a header name.
+    /// The message and field of the first problem: not an object, an unknown key, `attempts`
+    /// not an integer in 0..=10, `perTryTimeout` not a Go duration of at most 60 s,
+    /// `responseHeader` not a header name.
     pub fn parse(settings: &str) -> Result<Self, SettingsError> {
         let obj = match serde_json::from_str::<Value>(settings) {
             Ok(Value::Object(obj)) => obj,
@@ -70,17 +86,35 @@ impl Settings {
         let mut out = Self::default();
         for (key, value) in &obj {
             match key.as_str() {
-                "percent" => {
-                    out.percent = value
+                "attempts" => {
+                    out.attempts = value
                         .as_u64()
-                        .filter(|p| *p <= 100)
-                        .and_then(|p| u32::try_from(p).ok())
+                        .and_then(|n| u32::try_from(n).ok())
+                        .filter(|n| *n <= MAX_ATTEMPTS)
                         .ok_or_else(|| {
                             (
-                                format!("percent must be an integer from 0 to 100, got {value}"),
-                                "settings.percent",
+                                format!(
+                                    "attempts must be an integer from 0 to {MAX_ATTEMPTS}, got {value}"
+                                ),
+                                "settings.attempts",
                             )
                         })?;
+                }
+                "perTryTimeout" => {
+                    let field = "settings.perTryTimeout";
+                    let text = value.as_str().ok_or_else(|| {
+                        (
+                            format!("perTryTimeout must be a string such as \"2s\", got {value}"),
+                            field,
+                        )
+                    })?;
+                    out.per_try_timeout = parse_go_duration(text).map_err(|e| (e, field))?;
+                    if out.per_try_timeout > MAX_PER_TRY_TIMEOUT {
+                        return Err((
+                            format!("perTryTimeout must be at most 60s, got {text:?}"),
+                            field,
+                        ));
+                    }
                 }
                 "responseHeader" => {
                     out.response_header = value
@@ -97,7 +131,7 @@ impl Settings {
                 other => {
                     return Err((
                         format!(
-                            "unknown settings key {other:?}; the keys are \"percent\" and \"responseHeader\""
+                            "unknown settings key {other:?}; the keys are \"attempts\", \"perTryTimeout\" and \"responseHeader\""
                         ),
                         "settings",
                     ));
@@ -105,6 +139,19 @@ impl Settings {
             }
         }
         Ok(out)
+    }
+
+    /// Istio's `HTTPRetry` for these settings: `attempts`, and with retries on, the
+    /// `perTryTimeout` (protobuf JSON duration, e.g. `"2s"`, `"0.5s"`) and [`RETRY_ON`].
+    pub fn retries(&self) -> Value {
+        if self.attempts == 0 {
+            return json!({"attempts": 0});
+        }
+        json!({
+            "attempts": self.attempts,
+            "perTryTimeout": format!("{}s", self.per_try_timeout.as_secs_f64()),
+            "retryOn": RETRY_ON,
+        })
     }
 }
 
@@ -163,20 +210,11 @@ fn sole_default_destination<'a>(route: &'a Map<String, Value>, req: &Request) ->
     (dest.get("subset")?.as_str()? == req.default_version && is_service(host, req)).then_some(host)
 }
 
-fn subset_destination(
-    host: &str,
-    req: &Request,
-    settings: &Settings,
-    weight: Option<u32>,
-) -> Value {
-    let mut d = json!({
+fn subset_destination(host: &str, req: &Request, settings: &Settings) -> Value {
+    json!({
         "destination": {"host": host, "subset": req.subset},
         "headers": {"response": {"add": {settings.response_header.as_str(): req.unique_name}}},
-    });
-    if let Some(w) = weight {
-        d["weight"] = json!(w);
-    }
-    d
+    })
 }
 
 /// The route's `match` list with `m` merged into every entry (one empty entry if it has none).
@@ -234,8 +272,8 @@ pub fn route(req: &Request, vs: &Value, settings: &Settings) -> Result<Vec<Value
         .pointer("/spec/http")
         .and_then(Value::as_array)
         .ok_or("the VirtualService has no spec.http list")?;
-    let mut out = Vec::with_capacity(http.len() * (2 + req.matches.len()));
-    let (mut n, mut canaries) = (0, 0);
+    let mut out = Vec::with_capacity(http.len() * (1 + req.matches.len()));
+    let mut n = 0;
     for (i, route) in http.iter().enumerate() {
         let route = route
             .as_object()
@@ -260,31 +298,12 @@ pub fn route(req: &Request, vs: &Value, settings: &Settings) -> Result<Vec<Value
                 copy.insert("match".into(), merged_matches(route, m));
                 copy.insert(
                     "route".into(),
-                    json!([subset_destination(host, req, settings, None)]),
+                    json!([subset_destination(host, req, settings)]),
                 );
+                copy.insert("retries".into(), settings.retries());
                 copy.remove("delegate");
                 out.push(Value::Object(copy));
                 n += 1;
-            }
-            if settings.percent > 0 {
-                let mut canary = route.clone();
-                let base = json!({
-                    "destination": {"host": host, "subset": req.default_version},
-                    "weight": 100 - settings.percent,
-                });
-                canary.insert(
-                    "name".into(),
-                    json!(format!("{}canary-{canaries}", req.route_prefix)),
-                );
-                canary.insert(
-                    "route".into(),
-                    json!([
-                        base,
-                        subset_destination(host, req, settings, Some(settings.percent))
-                    ]),
-                );
-                out.push(Value::Object(canary));
-                canaries += 1;
             }
         }
         out.push(Value::Object(route.clone()));
@@ -326,19 +345,14 @@ mod tests {
     }
 
     #[test]
-    fn matched_requests_and_a_share_of_the_rest_reach_the_subset() {
-        let settings = Settings::parse(r#"{"percent": 20}"#).unwrap();
+    fn matched_requests_reach_the_subset_with_retries() {
+        let settings = Settings::parse(r#"{"attempts": 3, "perTryTimeout": "500ms"}"#).unwrap();
         let http = route(&request(), &vs(), &settings).unwrap();
         let names: Vec<&str> = http.iter().map(|r| r["name"].as_str().unwrap()).collect();
         assert_eq!(
             names,
-            [
-                "de-feature-x-1a2b3c-0",
-                "de-feature-x-1a2b3c-canary-0",
-                "api",
-                "split",
-                "other"
-            ]
+            ["de-feature-x-1a2b3c-0", "api", "split", "other"],
+            "one copy, before the only route to the default version"
         );
         assert_eq!(
             http[0]["match"],
@@ -349,11 +363,11 @@ mod tests {
             http[0]["route"][0]["headers"]["response"]["add"]["x-dynamic-env"],
             "reviews-shop-feature-x"
         );
-        assert_eq!(http[1]["match"], json!([{"uri": {"prefix": "/api"}}]));
-        assert_eq!(http[1]["route"][0]["weight"], 80);
-        assert_eq!(http[1]["route"][0]["destination"]["subset"], "shared");
-        assert_eq!(http[1]["route"][1]["weight"], 20);
-        assert_eq!(http[1]["route"][1]["destination"]["subset"], "feature-x");
+        assert_eq!(
+            http[0]["retries"],
+            json!({"attempts": 3, "perTryTimeout": "0.5s", "retryOn": RETRY_ON})
+        );
+        assert_eq!(http[1], vs()["spec"]["http"][0], "the route itself is unchanged");
     }
 
     #[test]
@@ -366,28 +380,22 @@ mod tests {
     }
 
     #[test]
-    fn zero_percent_keeps_only_the_header_copies() {
-        let settings = Settings::parse(r#"{"percent": 0}"#).unwrap();
+    fn zero_attempts_turn_retries_off() {
+        let settings = Settings::parse(r#"{"attempts": 0}"#).unwrap();
         let http = route(&request(), &vs(), &settings).unwrap();
-        assert_eq!(http.len(), 4);
-        assert!(
-            !http
-                .iter()
-                .any(|r| r["name"].as_str().unwrap().contains("canary"))
-        );
+        assert_eq!(http[0]["retries"], json!({"attempts": 0}));
+        assert_eq!(Settings::default().retries()["perTryTimeout"], "2s");
     }
 
     #[test]
     fn settings_errors_name_the_field() {
         assert_eq!(Settings::parse("{}").unwrap(), Settings::default());
-        assert_eq!(
-            Settings::parse(r#"{"percent": 101}"#).unwrap_err().1,
-            "settings.percent"
-        );
-        assert_eq!(
-            Settings::parse(r#"{"percent": "5"}"#).unwrap_err().1,
-            "settings.percent"
-        );
+        for bad in [r#"{"attempts": 11}"#, r#"{"attempts": "2"}"#, r#"{"attempts": -1}"#] {
+            assert_eq!(Settings::parse(bad).unwrap_err().1, "settings.attempts", "{bad}");
+        }
+        for bad in [r#"{"perTryTimeout": 2}"#, r#"{"perTryTimeout": "2x"}"#, r#"{"perTryTimeout": "2m"}"#] {
+            assert_eq!(Settings::parse(bad).unwrap_err().1, "settings.perTryTimeout", "{bad}");
+        }
         assert_eq!(
             Settings::parse(r#"{"responseHeader": "a b"}"#)
                 .unwrap_err()
