@@ -873,7 +873,7 @@ async fn the_platform_values_pass_the_api_servers_strict_validation() {
             "deployment.apps/dr-operator ",
             "deployment.apps/dr-operator-resolver ",
             "serviceaccount/dr-operator ",
-            "configmap/wasmop-dashboard ",
+            "configmap/dr-operator-dashboard ",
             "customresourcedefinition.apiextensions.k8s.io/dynamicenvs.wasmop.dev ",
         ] {
             assert!(applied.contains(object), "{object}: {applied}");
