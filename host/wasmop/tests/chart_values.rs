@@ -717,10 +717,7 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 #[test]
 fn the_dashboard_and_the_alerts_read_metrics_the_code_exports() {
     let exported = exported_samples();
-    assert!(
-        exported.contains("wasmop_reconcile_total"),
-        "{exported:?}"
-    );
+    assert!(exported.contains("wasmop_reconcile_total"), "{exported:?}");
     let dashboard = dashboard_file();
     let mut exprs = String::new();
     for panel in dashboard["panels"].as_array().unwrap() {
