@@ -639,24 +639,7 @@ impl Restarter {
         previous: &ProxyRestartPolicyStatus,
     ) -> Result<Action, Error> {
         let name = policy.name_any();
-        let generation = policy.metadata.generation;
-        let mut next = previous.clone();
-        next.conditions
-            .retain(|c| status::TYPES.contains(&c.type_.as_str()));
-        conditions::set(
-            &mut next.conditions,
-            conditions::condition(
-                &previous.conditions,
-                status::READY,
-                false,
-                status::reason::SUSPENDED,
-                status::message::SUSPENDED,
-                generation,
-            ),
-        );
-        next.state = Some(status::State::Suspended.as_str().to_owned());
-        next.description = Some(status::message::SUSPENDED.to_owned());
-        next.observed_generation = generation;
+        let next = status::suspended(previous, policy.metadata.generation);
         self.write_status(policy, previous, next).await?;
         if previous.state.as_deref() != Some(status::State::Suspended.as_str()) {
             self.event(

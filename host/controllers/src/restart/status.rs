@@ -31,7 +31,10 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::Timestamp;
-use wasmop_api::proxyrestartpolicy::{MAX_WOULD_RESTART, WouldRestart, WouldRestartWorkload};
+use wasmop_api::proxyrestartpolicy::{
+    MAX_WOULD_RESTART, ProxyRestartPolicyStatus, WouldRestart, WouldRestartWorkload,
+};
+use wasmop_kernel::conditions;
 
 use super::plan::warning_message;
 
@@ -445,6 +448,34 @@ pub fn dry_run(mut r: Report, sidecars: usize, gateway: bool, pending: usize) ->
     r
 }
 
+/// The status of a suspended policy at `generation`, from its `previous` one: what the last
+/// pass found is kept (summary, applied configuration, overlaps, `wouldRestart`, this
+/// controller's other conditions), with `state: Suspended` and `Ready` False / `Suspended`.
+/// Applied to its own result it gives the same status, so a suspended policy is written once.
+pub fn suspended(
+    previous: &ProxyRestartPolicyStatus,
+    generation: Option<i64>,
+) -> ProxyRestartPolicyStatus {
+    let mut next = previous.clone();
+    next.conditions
+        .retain(|c| TYPES.contains(&c.type_.as_str()));
+    conditions::set(
+        &mut next.conditions,
+        conditions::condition(
+            &previous.conditions,
+            READY,
+            false,
+            reason::SUSPENDED,
+            message::SUSPENDED,
+            generation,
+        ),
+    );
+    next.state = Some(State::Suspended.as_str().to_owned());
+    next.description = Some(message::SUSPENDED.to_owned());
+    next.observed_generation = generation;
+    next
+}
+
 /// `status.wouldRestart` from the restarts a dry run would make: sorted, duplicates dropped,
 /// reasons cut to 256 bytes, the first [`MAX_WOULD_RESTART`] listed and all counted.
 pub fn would_restart(mut all: Vec<WouldRestartWorkload>) -> WouldRestart {
@@ -818,5 +849,56 @@ mod tests {
         assert_eq!(w.workloads[1].name, "w00");
         assert_eq!(w.workloads[49].name, "w48");
         assert_eq!(would_restart(Vec::new()), WouldRestart::default());
+    }
+
+    #[test]
+    fn a_suspended_status_keeps_the_last_pass_and_is_written_once() {
+        use wasmop_api::proxyrestartpolicy::RestartSummary;
+        let c = |t: &str, ok: bool, reason: &str| {
+            conditions::condition(&[], t, ok, reason, "m", Some(1))
+        };
+        let previous = ProxyRestartPolicyStatus {
+            state: Some("Processing".into()),
+            description: Some("Proxy reset is still ongoing".into()),
+            observed_generation: Some(1),
+            summary: Some(RestartSummary {
+                workloads_pending: 3,
+                ..RestartSummary::default()
+            }),
+            overlapping_policies: vec!["b".into()],
+            conditions: vec![
+                c(READY, false, reason::RECONCILE_REQUEUED),
+                c(SIDECARS, false, reason::SIDECARS_PARTIAL),
+                c("PluginReady", true, "Loaded"),
+            ],
+            ..ProxyRestartPolicyStatus::default()
+        };
+        let s = suspended(&previous, Some(2));
+        assert_eq!(s.state.as_deref(), Some("Suspended"));
+        assert_eq!(s.observed_generation, Some(2));
+        assert_eq!(
+            s.summary, previous.summary,
+            "what the last pass found is kept"
+        );
+        assert_eq!(s.overlapping_policies, ["b"]);
+        let ready = conditions::find(&s.conditions, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "Suspended")
+        );
+        assert_eq!(ready.observed_generation, Some(2));
+        assert_eq!(
+            ready.last_transition_time, previous.conditions[0].last_transition_time,
+            "Ready was False already"
+        );
+        assert_eq!(
+            conditions::find(&s.conditions, SIDECARS),
+            Some(&previous.conditions[1])
+        );
+        assert!(
+            conditions::find(&s.conditions, "PluginReady").is_none(),
+            "another field manager's condition is not written"
+        );
+        assert_eq!(suspended(&s, Some(2)), s, "nothing to write again");
     }
 }
