@@ -27,11 +27,13 @@ pub const DEFAULT_GATEWAY_NAME: &str = "istio-ingressgateway";
     category = "wasmop",
     doc = "A ProxyRestartPolicy keeps the Istio sidecars of the pods it selects, and one ingress gateway, in a desired state, restarting their workloads once per change within chunk limits and a maintenance window (the Kyma Istio Operator's restarters). See docs/restart.md.",
     status = "ProxyRestartPolicyStatus",
-    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Ready, Processing, Warning or Error"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state","description":"Ready, Processing, Warning, Error, Suspended or DryRun"}"#,
     printcolumn = r#"{"name":"Proxy Image","type":"string","jsonPath":".spec.proxy.image","priority":1,"description":"The desired sidecar image"}"#,
     printcolumn = r#"{"name":"Restarted","type":"integer","jsonPath":".status.summary.workloadsRestarted","description":"Workloads restarted by the last reconcile"}"#,
     printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.summary.workloadsPending","description":"Workloads waiting for the next chunk or window"}"#,
     printcolumn = r#"{"name":"Warnings","type":"integer","jsonPath":".status.summary.warnings","description":"Workloads that need a manual restart"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode","priority":1,"description":"Restart (the default) or DryRun (report, restart nothing)"}"#,
+    printcolumn = r#"{"name":"Would Restart","type":"integer","jsonPath":".status.wouldRestart.count","priority":1,"description":"Workloads a dry run would restart in this reconcile"}"#,
     printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.conditions[?(@.type==\"PluginReady\")].reason","priority":1,"description":"Why the restart plugin is or is not ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -65,6 +67,27 @@ pub struct ProxyRestartPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub plugin: Option<String>,
+    /// While true, nothing is restarted and nothing is evaluated for this policy: the status
+    /// says `Suspended` and keeps what the last pass found. Setting it back to false restarts
+    /// what is out of date then (nothing is recorded as applied while suspended). Default false.
+    #[serde(default)]
+    pub suspend: bool,
+    /// `Restart` (the default) restarts what the plugin asks for; `DryRun` evaluates every pod
+    /// as `Restart` would (plugin, chunk limit, maintenance window) and reports what it would
+    /// restart in `status.wouldRestart` and an Event, restarting and recording nothing.
+    #[serde(default)]
+    #[schemars(with = "String", extend("enum" = ["Restart", "DryRun"]))]
+    pub mode: RestartMode,
+}
+
+/// What a ProxyRestartPolicy does with the pods its plugin would restart (`spec.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestartMode {
+    /// Restart them (rollouts, pod deletions).
+    #[default]
+    Restart,
+    /// Report them in `status.wouldRestart` and an Event; write nothing to workloads or pods.
+    DryRun,
 }
 
 /// The desired state of the `istio-proxy` sidecar. Every field is optional: an absent field is
@@ -312,12 +335,47 @@ pub struct RestartSummary {
     pub already_restarted: i64,
 }
 
+/// Longest list of [`WouldRestart::workloads`].
+pub const MAX_WOULD_RESTART: usize = 50;
+
+/// What a dry run would have restarted in one reconcile (within the chunk limit and the
+/// maintenance window; what would wait is `summary.workloadsPending`).
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WouldRestart {
+    /// How many restarts (workload rollouts, pod deletions, the ingress gateway) it would make.
+    pub count: i64,
+    /// The first 50 of them (`MAX_WOULD_RESTART`), sorted by namespace, kind and name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub workloads: Vec<WouldRestartWorkload>,
+}
+
+/// One restart a dry run would make.
+#[derive(
+    KubeSchema, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WouldRestartWorkload {
+    /// Namespace of the object.
+    pub namespace: String,
+    /// `Deployment`, `DaemonSet` or `StatefulSet` (a rollout), or `Pod` (a pod of a bare
+    /// ReplicaSet or ReplicationController, deleted to be re-created).
+    pub kind: String,
+    /// Name of the object.
+    pub name: String,
+    /// Why: the plugin's reason for the first of its pods (at most 256 bytes), or the gateway
+    /// settings that changed.
+    pub reason: String,
+}
+
 /// Observed state.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyRestartPolicyStatus {
     /// `Ready`, `Processing` (restarts continue in the next chunk or window), `Warning` (some
-    /// workloads need a manual restart) or `Error`.
+    /// workloads need a manual restart), `Error`, `Suspended` (`spec.suspend`) or `DryRun`
+    /// (`spec.mode: DryRun`, when the evaluation did not fail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// What the state means, as upstream: `"<description>: <error>"` when there is one.
@@ -335,6 +393,10 @@ pub struct ProxyRestartPolicyStatus {
     /// Other ProxyRestartPolicies that select some of the same pods (sorted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlapping_policies: Vec<String>,
+    /// What the last reconcile would have restarted, with `spec.mode: DryRun` (absent otherwise;
+    /// kept while suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_restart: Option<WouldRestart>,
     /// Conditions: `Ready`, `ProxySidecarRestartSucceeded`, `IngressGatewayRestartSucceeded`
     /// (with an ingress gateway), `OverlappingPolicies` and `PluginReady`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -628,12 +628,14 @@ async fn plugin_failures_follow_the_failure_policy() {
 
 /// Creates policy `spec` in a server-side dry run; the API server's answer on refusal.
 async fn dry_run(client: &Client, spec: Value) -> Result<(), String> {
-    let api: Api<ProxyRestartPolicy> = Api::all(client.clone());
-    let policy: ProxyRestartPolicy = serde_json::from_value(json!({
+    // Untyped, so that values the Rust types refuse reach the API server too.
+    let resource = kube::api::ApiResource::erase::<ProxyRestartPolicy>(&());
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+    let policy: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "wasmop.dev/v1alpha1", "kind": "ProxyRestartPolicy",
         "metadata": {"name": "e2e-dry-run"}, "spec": spec,
     }))
-    .expect("the shape of a policy");
+    .expect("the shape of an object");
     api.create(
         &PostParams {
             dry_run: true,
@@ -705,6 +707,8 @@ async fn the_api_server_rejects_invalid_policies_and_accepts_the_example() {
             json!({"ingressGateway": {"numTrustedProxies": -1}}),
             "spec.ingressGateway.numTrustedProxies",
         ),
+        (json!({"mode": "Audit"}), "spec.mode"),
+        (json!({"suspend": "yes"}), "spec.suspend"),
     ] {
         let e = dry_run(&client, spec.clone())
             .await
@@ -917,6 +921,288 @@ async fn an_overlap_shows_on_a_policy_whose_pass_fails_early() {
         assert_eq!(state(&p), Some("Error"), "its pass still fails");
         let c = condition(&p, "OverlappingPolicies").unwrap();
         assert!(c.message.contains(&working), "{}", c.message);
+    })
+    .await;
+}
+
+/// The operator's writes since `since` about namespace `ns` or policy `name` (its status, its
+/// Events), leases aside.
+fn operator_writes(
+    since: k8s_openapi::jiff::Timestamp,
+    ns: &str,
+    name: &str,
+) -> Vec<wasmop_tests::dr::AuditWrite> {
+    wasmop_tests::dr::audit_writes(&[&wasmop_tests::dr::operator_user()])
+        .into_iter()
+        .filter(|w| w.at >= since && !w.object.starts_with("leases "))
+        .filter(|w| w.object.contains(&format!(" {ns}/")) || w.object.contains(&format!("/{name}")))
+        .collect()
+}
+
+/// A suspended policy evaluates and restarts nothing while its pods are out of date, says so
+/// (state `Suspended`, `Ready` False / `Suspended`, one Event), writes nothing at steady state,
+/// and restarts what is out of date once `suspend` is set back to false.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_suspended_policy_restarts_nothing_until_it_is_resumed() {
+    with_temp_ns("restart-suspend", |client: Client, ns: String| async move {
+        let (op, _policies) = operator(&ns, &[]).await;
+        let names = ["old-a", "old-b"];
+        for n in names {
+            sidecar_deployment(&client, &ns, n, 1, OLD_PROXY, json!({}), json!({})).await;
+        }
+        wait_all_rolled_out(&client, &ns, &names, TIMEOUT).await;
+        let before: Vec<_> = {
+            let mut v = Vec::new();
+            for n in names {
+                v.push(template_annotations(&client, &ns, n).await);
+            }
+            v
+        };
+
+        let name = format!("{ns}-mesh");
+        let since = k8s_openapi::jiff::Timestamp::now();
+        let api = create_policy(
+            &client,
+            &ns,
+            &name,
+            json!({"proxy": {"image": NEW_PROXY}, "suspend": true}),
+        )
+        .await;
+        let p = wait_state(&api, &name, "Suspended").await;
+        let ready = condition(&p, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "Suspended")
+        );
+        assert!(ready.message.contains("spec.suspend"), "{}", ready.message);
+        assert!(
+            p.status
+                .as_ref()
+                .unwrap()
+                .applied_configuration
+                .as_ref()
+                .and_then(|a| a.proxy.as_ref())
+                .is_none()
+        );
+
+        // At steady state (PluginReady written too): no write at all, however often reconciled.
+        wait_policy(&api, &name, "PluginReady", |p| {
+            condition(p, "PluginReady").is_some()
+        })
+        .await;
+        let steady = k8s_openapi::jiff::Timestamp::now();
+        for _ in 0..3 {
+            reconcile_again(&op, &api, &name).await;
+        }
+        let writes = operator_writes(steady, &ns, &name);
+        assert!(writes.is_empty(), "no write at steady state: {writes:?}");
+        let writes = operator_writes(since, &ns, &name);
+        assert!(
+            writes
+                .iter()
+                .all(|w| !w.object.contains(&format!(" {ns}/"))),
+            "no workload or pod written: {writes:?}"
+        );
+        let suspended = events(&client, "default", "ProxyRestartPolicy", &name, "Suspended").await;
+        assert_eq!(
+            occurrences(&suspended),
+            1,
+            "one Event on entering suspension: {suspended:?}"
+        );
+        for (n, annotations) in names.iter().zip(&before) {
+            assert_eq!(
+                generation(&client, &ns, n).await,
+                1,
+                "{n} not restarted while suspended"
+            );
+            assert_eq!(
+                &template_annotations(&client, &ns, n).await,
+                annotations,
+                "{n}"
+            );
+        }
+        assert_eq!(sample(&metrics(&op), ROLLOUTS), 0.0);
+
+        // Resumed: what is out of date restarts now.
+        patch_spec(&api, &name, json!({"suspend": false})).await;
+        let p = wait_policy(&api, &name, "Ready after restarting both", |p| {
+            state(p) == Some("Ready") && summary(p).0 == 2
+        })
+        .await;
+        assert_eq!(condition(&p, "Ready").unwrap().reason, "ReconcileSucceeded");
+        for n in names {
+            assert_eq!(
+                generation(&client, &ns, n).await,
+                2,
+                "{n} restarted once resumed"
+            );
+            assert!(
+                template_annotations(&client, &ns, n)
+                    .await
+                    .contains_key(CONFIG)
+            );
+        }
+        let resumed = events(&client, "default", "ProxyRestartPolicy", &name, "Resumed").await;
+        assert_eq!(occurrences(&resumed), 1, "{resumed:?}");
+        assert_eq!(
+            occurrences(
+                &events(&client, "default", "ProxyRestartPolicy", &name, "Suspended").await
+            ),
+            1
+        );
+    })
+    .await;
+}
+
+/// A dry run evaluates as usual (the plugin, the chunk limit) and reports what it would
+/// restart, in `status.wouldRestart` and one Event, without writing any workload or pod and
+/// without recording anything as applied; the result is told once, not at every requeue.
+/// Switching the mode to `Restart` restarts those workloads.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_dry_run_reports_what_would_restart_and_restarts_nothing_until_switched_off() {
+    with_temp_ns("restart-dry-run", |client: Client, ns: String| async move {
+        let (op, _policies) = operator(&ns, &[]).await;
+        let outdated = ["old-a", "old-b", "old-c"];
+        for n in outdated {
+            sidecar_deployment(&client, &ns, n, 1, OLD_PROXY, json!({}), json!({})).await;
+        }
+        sidecar_deployment(&client, &ns, "new-d", 1, NEW_PROXY, json!({}), json!({})).await;
+        let all = ["old-a", "old-b", "old-c", "new-d"];
+        wait_all_rolled_out(&client, &ns, &all, TIMEOUT).await;
+        let mut before = Vec::new();
+        for n in all {
+            before.push(template_annotations(&client, &ns, n).await);
+        }
+
+        let name = format!("{ns}-mesh");
+        let since = k8s_openapi::jiff::Timestamp::now();
+        // Two restarts per reconcile, the next chunk 2s later: the dry run requeues every 2s.
+        let api = create_policy(
+            &client,
+            &ns,
+            &name,
+            json!({"proxy": {"image": NEW_PROXY}, "mode": "DryRun",
+                   "limits": {"restartsPerReconcile": 2, "requeueAfter": "2s"}}),
+        )
+        .await;
+        let p = wait_state(&api, &name, "DryRun").await;
+        let status = p.status.clone().unwrap();
+        let would = status.would_restart.clone().expect("status.wouldRestart");
+        assert_eq!(would.count, 2, "the chunk limit is evaluated: {would:?}");
+        let listed: Vec<_> = would
+            .workloads
+            .iter()
+            .map(|w| (w.namespace.as_str(), w.kind.as_str(), w.name.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (ns.as_str(), "Deployment", "old-a"),
+                (ns.as_str(), "Deployment", "old-b")
+            ]
+        );
+        assert!(
+            would.workloads.iter().all(|w| w.reason.contains(NEW_PROXY)),
+            "{would:?}"
+        );
+        assert_eq!(
+            summary(&p),
+            (0, 1, 0, 0),
+            "nothing restarted, old-c would wait"
+        );
+        let ready = condition(&p, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "DryRun")
+        );
+        let psrs = condition(&p, "ProxySidecarRestartSucceeded").unwrap();
+        assert_eq!(
+            (psrs.status.as_str(), psrs.reason.as_str()),
+            ("False", "DryRun")
+        );
+        assert!(
+            psrs.message
+                .starts_with("2 workload(s) would restart now and 1 would wait"),
+            "{}",
+            psrs.message
+        );
+        assert!(
+            status.applied_configuration.and_then(|a| a.proxy).is_none(),
+            "nothing recorded as applied"
+        );
+
+        // Several requeues later: one Event, the same status, no workload touched.
+        wait_policy(&api, &name, "PluginReady", |p| {
+            condition(p, "PluginReady").is_some()
+        })
+        .await;
+        let steady = k8s_openapi::jiff::Timestamp::now();
+        let reconciled = sample(&metrics(&op), RECONCILED);
+        eventually("three more dry-run reconciles", TIMEOUT, async || {
+            (sample(&metrics(&op), RECONCILED) >= reconciled + 3.0).then_some(())
+        })
+        .await;
+        let told = events(
+            &client,
+            "default",
+            "ProxyRestartPolicy",
+            &name,
+            "WouldRestart",
+        )
+        .await;
+        assert_eq!(
+            occurrences(&told),
+            1,
+            "told once, not at every requeue: {told:?}"
+        );
+        let note = told[0].note.clone().unwrap_or_default();
+        assert!(
+            note.contains(&format!("Deployment {ns}/old-a"))
+                && note.contains("1 workload(s) would wait"),
+            "{note}"
+        );
+        for (n, annotations) in all.iter().zip(&before) {
+            assert_eq!(
+                generation(&client, &ns, n).await,
+                1,
+                "{n} not restarted by a dry run"
+            );
+            let now = template_annotations(&client, &ns, n).await;
+            assert_eq!(&now, annotations, "{n}: pod template annotations unchanged");
+            assert!(!now.contains_key("wasmop.dev/restartedAt"));
+        }
+        assert_eq!(sample(&metrics(&op), ROLLOUTS), 0.0);
+        let writes = operator_writes(since, &ns, &name);
+        assert!(
+            writes
+                .iter()
+                .all(|w| !w.object.contains(&format!(" {ns}/"))),
+            "no write in the workloads' namespace: {writes:?}"
+        );
+        let writes = operator_writes(steady, &ns, &name);
+        assert!(
+            writes.is_empty(),
+            "no write at steady state, requeues or not: {writes:?}"
+        );
+
+        // Switched off: the same workloads restart, chunk by chunk.
+        patch_spec(&api, &name, json!({"mode": "Restart"})).await;
+        let p = wait_policy(&api, &name, "Ready after the last chunk", |p| {
+            state(p) == Some("Ready")
+                && p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation
+        })
+        .await;
+        assert!(
+            p.status.unwrap().would_restart.is_none(),
+            "no dry-run result outside a dry run"
+        );
+        assert_eq!(sample(&metrics(&op), ROLLOUTS), 3.0);
+        for n in outdated {
+            assert_eq!(generation(&client, &ns, n).await, 2, "{n} restarted once");
+        }
+        assert_eq!(generation(&client, &ns, "new-d").await, 1);
     })
     .await;
 }

@@ -10,10 +10,10 @@
 //!    `subset == defaultVersion`, one copy per `istioMatch` is inserted, in spec order.
 //! 3. A copy is a deep copy of that route with:
 //!    - `name` = `<route prefix><index>`, the index counting copies in this VirtualService from 0;
-//!    - `route` reduced to the (host, default) destinations, each with `subset` set to the
-//!      DynamicEnv's subset and without `weight`;
-//!    - `headers.response.add[<response header>]` = the clone's unique name (other header
-//!      operations kept);
+//!    - `route` reduced to one destination: the (host, default) destination with the largest
+//!      `weight` (the first on a tie), with `subset` set to the DynamicEnv's subset, without
+//!      `weight`, and with `headers.response.add[<response header>]` = the clone's unique name
+//!      on that destination (its other header operations kept);
 //!    - every `match` entry (one empty entry if the route has none) extended with the
 //!      `istioMatch` headers and source labels, so that the copy matches no request its
 //!      original would not: where the entry already has a condition on the same header, the

@@ -1,14 +1,43 @@
-{{/* The prefix of every object name: the release name, with "-wasmop" unless it says wasmop. */}}
+{{/* The chart's name: nameOverride, else "wasmop". */}}
+{{- define "wasmop.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every object name: fullnameOverride, else the release name, with "-<name>"
+unless it contains the name. */}}
 {{- define "wasmop.fullname" -}}
-{{- if contains "wasmop" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "wasmop.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-wasmop" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "wasmop.resolverName" -}}
 {{- printf "%s-resolver" (include "wasmop.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The operator's ServiceAccount: serviceAccount.name, else the fullname when the chart
+creates it, else "default". */}}
+{{- define "wasmop.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "wasmop.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "wasmop.resolverServiceAccountName" -}}
+{{- if .Values.resolver.serviceAccount.create -}}
+{{- default (include "wasmop.resolverName" .) .Values.resolver.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.resolver.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels of every object; with selector labels (which carry the instance), commonLabels. */}}
@@ -26,36 +55,45 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Operator pods. */}}
 {{- define "wasmop.selectorLabels" -}}
-app.kubernetes.io/name: wasmop
+app.kubernetes.io/name: {{ include "wasmop.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* Resolver pods: the ElasticService controller finds them by this name label. */}}
+{{/* Resolver pods: the ElasticService controller finds them by this name label (its
+--resolver-selector, host/controllers/src/scaling/options.rs), so nameOverride leaves it. */}}
 {{- define "wasmop.resolverSelectorLabels" -}}
 app.kubernetes.io/name: wasmop-resolver
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of a pod template: podLabels, under the common and selector labels `labels`
+(a YAML map as text), which win. */}}
+{{- define "wasmop.podLabels" -}}
+{{- toYaml (merge (fromYaml .labels) (deepCopy (.podLabels | default dict))) -}}
+{{- end -}}
+
+{{/* [registry/]repository, then @digest when set, else :tag (the appVersion by default). */}}
 {{- define "wasmop.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
-{{/* Non-root, no privilege escalation, read-only root filesystem, no capabilities. */}}
-{{- define "wasmop.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
-{{- end -}}
-
-{{- define "wasmop.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-privileged: false
-capabilities:
-  drop: ["ALL"]
+{{/* A default soft anti-affinity: replicas of one Deployment on different nodes when the
+scheduler can. Takes the pod's selector labels (a YAML map as text). */}}
+{{- define "wasmop.spreadByHostname" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- . | nindent 12 }}
 {{- end -}}
 
 {{/* The operator's cluster-scoped needs (restart): ProxyRestartPolicies, a cluster-scoped kind,

@@ -51,7 +51,8 @@ use super::pods::{PodPager, page_json};
 use super::status::{self, Gateway, Next, Outcome, Sidecars};
 use crate::Context;
 use wasmop_api::proxyrestartpolicy::{
-    DesiredProxy, GatewaySettings, ProxyRestartPolicy, ProxyRestartPolicyStatus, RestartSummary,
+    DesiredProxy, GatewaySettings, ProxyRestartPolicy, ProxyRestartPolicyStatus, RestartMode,
+    RestartSummary, WouldRestartWorkload,
 };
 use wasmop_kernel::conditions;
 use wasmop_kernel::gate::WriteError;
@@ -230,6 +231,10 @@ impl Restarter {
         let name = policy.name_any();
         let policy_ref = policy.object_ref(&());
         let previous = policy.status.clone().unwrap_or_default();
+        if policy.spec.suspend {
+            return self.suspended(policy, &previous).await;
+        }
+        let dry_run = policy.spec.mode == RestartMode::DryRun;
         let applied = previous.applied_configuration.clone().unwrap_or_default();
         let desired = DesiredProxy {
             proxy: policy.spec.proxy.clone(),
@@ -269,6 +274,7 @@ impl Restarter {
                     applied.ingress_gateway.as_ref(),
                     open,
                     opens,
+                    dry_run,
                 )
                 .await?,
             ),
@@ -276,7 +282,7 @@ impl Restarter {
         };
 
         // 2. The sidecars.
-        let mut pass = Pass::new(self, policy, &policy_ref, &hash, open);
+        let mut pass = Pass::new(self, policy, &policy_ref, &hash, open, dry_run);
         let sidecars = match &window {
             Err(e) => Err(e.clone()),
             Ok(_) => pass.run(&desired, applied.proxy.as_ref()).await?,
@@ -308,7 +314,25 @@ impl Restarter {
             gateway,
             overlap: pass.overlap.as_ref().map(|o| o.message(&name)),
         };
-        let report = status::report(&outcome);
+        let mut report = status::report(&outcome);
+        let would = dry_run.then(|| {
+            let mut all = pass.would.clone();
+            if let (Some(Gateway::WouldRestart(change)), Some(spec)) =
+                (&outcome.gateway, &policy.spec.ingress_gateway)
+            {
+                all.push(WouldRestartWorkload {
+                    namespace: spec.namespace.clone(),
+                    kind: "Deployment".into(),
+                    name: spec.name.clone(),
+                    reason: format!("ingress gateway: {change}"),
+                });
+            }
+            status::would_restart(all)
+        });
+        if dry_run {
+            let gateway = matches!(outcome.gateway, Some(Gateway::WouldRestart(_)));
+            report = status::dry_run(report, pass.would.len(), gateway, pending);
+        }
         metrics()
             .pending
             .get_or_create(&PolicyLabels {
@@ -319,7 +343,12 @@ impl Restarter {
         // 3. The status.
         let summary = RestartSummary {
             pods_evaluated: count(pass.evaluated),
-            workloads_restarted: count(pass.chunk.count(TargetState::Restarted)),
+            // In a dry run the chunk admits what would restart; nothing was.
+            workloads_restarted: if dry_run {
+                0
+            } else {
+                count(pass.chunk.count(TargetState::Restarted))
+            },
             workloads_pending: count(pending),
             warnings: count(pass.warnings.len()),
             excluded: count(pass.excluded),
@@ -388,9 +417,37 @@ impl Restarter {
             applied_configuration: Some(applied_next),
             summary: Some(summary),
             overlapping_policies: overlapping.clone(),
+            would_restart: would.clone(),
             conditions: conditions_next,
         };
+        // A dry run's result, told once per change rather than at every requeue.
+        let would_changed = dry_run
+            && (previous.would_restart != next.would_restart
+                || previous.summary.as_ref().map(|s| s.workloads_pending)
+                    != next.summary.as_ref().map(|s| s.workloads_pending));
         self.write_status(policy, &previous, next).await?;
+        if previous.state.as_deref() == Some(status::State::Suspended.as_str()) {
+            self.event(
+                &policy_ref,
+                None,
+                false,
+                "Resumed",
+                "Resume",
+                "spec.suspend is false: what is out of date is restarted".into(),
+            )
+            .await;
+        }
+        if let (true, Some(w)) = (would_changed, &would) {
+            self.event(
+                &policy_ref,
+                None,
+                false,
+                "WouldRestart",
+                "DryRun",
+                would_note(w, pending),
+            )
+            .await;
+        }
 
         // Events on the policy.
         if !pass.restarted.is_empty() {
@@ -417,7 +474,7 @@ impl Restarter {
             )
             .await;
         }
-        if !pass.warnings.is_empty() {
+        if !pass.warnings.is_empty() && !dry_run {
             self.event(
                 &policy_ref,
                 None,
@@ -428,7 +485,7 @@ impl Restarter {
             )
             .await;
         }
-        if pending > 0 {
+        if pending > 0 && !dry_run {
             let note = if open {
                 format!(
                     "{pending} workload(s) left for the next chunk in {} (limits.restartsPerReconcile {})",
@@ -510,6 +567,7 @@ impl Restarter {
         applied: Option<&GatewaySettings>,
         open: bool,
         opens: Option<Timestamp>,
+        dry_run: bool,
     ) -> Result<Gateway, Error> {
         let Some(change) = plan::gateway_change(applied, desired) else {
             return Ok(Gateway::Unchanged);
@@ -534,6 +592,9 @@ impl Restarter {
         };
         if inspection.restarted_for {
             return Ok(Gateway::Restarted(change));
+        }
+        if dry_run {
+            return Ok(Gateway::WouldRestart(change));
         }
         match owners.mark(&owner, &marker, inspection).await {
             Ok(Rollout::Restarted) => {
@@ -567,6 +628,34 @@ impl Restarter {
             Err(WriteError::Passive) => Err(Error::Write(WriteError::Passive)),
             Err(e) => Ok(Gateway::Failed(format!("{owner}: {e}"))),
         }
+    }
+
+    /// Reconciles a suspended policy: no pod is listed, nothing evaluated or restarted. The
+    /// status keeps what the last pass found and says `Suspended` (`Ready` False /
+    /// `Suspended`), written once; one Event on entering suspension.
+    async fn suspended(
+        &self,
+        policy: &ProxyRestartPolicy,
+        previous: &ProxyRestartPolicyStatus,
+    ) -> Result<Action, Error> {
+        let name = policy.name_any();
+        let next = status::suspended(previous, policy.metadata.generation);
+        self.write_status(policy, previous, next).await?;
+        if previous.state.as_deref() != Some(status::State::Suspended.as_str()) {
+            self.event(
+                &policy.object_ref(&()),
+                None,
+                false,
+                "Suspended",
+                "Suspend",
+                status::message::SUSPENDED.to_owned(),
+            )
+            .await;
+        }
+        tracing::info!(policy = %name, "suspended: nothing evaluated or restarted");
+        let wait = self.opts.resync_interval;
+        self.settle(&name, fingerprint(policy), wait);
+        Ok(Action::requeue(wait))
     }
 
     /// Writes `next` when it differs from `previous`.
@@ -612,6 +701,37 @@ fn fingerprint(policy: &ProxyRestartPolicy) -> u64 {
     h.finish()
 }
 
+/// The note of a dry run's `WouldRestart` Event: how many restarts, the first
+/// [`EVENT_NAMES`] of them, and how many workloads would wait.
+fn would_note(w: &wasmop_api::proxyrestartpolicy::WouldRestart, pending: usize) -> String {
+    let mut note = format!(
+        "dry run: {} restart(s) would be made, nothing is restarted",
+        w.count
+    );
+    if !w.workloads.is_empty() {
+        let names: Vec<String> = w
+            .workloads
+            .iter()
+            .take(EVENT_NAMES)
+            .map(|x| format!("{} {}/{}", x.kind, x.namespace, x.name))
+            .collect();
+        let _ = write!(note, ": {}", names.join(", "));
+        let more = usize::try_from(w.count)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(names.len());
+        if more > 0 {
+            let _ = write!(note, " and {more} more");
+        }
+    }
+    if pending > 0 {
+        let _ = write!(
+            note,
+            "; {pending} workload(s) would wait for the next chunk or the window"
+        );
+    }
+    note
+}
+
 fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -639,6 +759,10 @@ struct Pass<'a> {
     ignored_error: Option<String>,
     /// Pods shared with other policies; `None` until every page was seen.
     overlap: Option<Overlap>,
+    /// `spec.mode: DryRun`: no workload, pod or set is written; `would` lists what would be.
+    dry_run: bool,
+    /// What a dry run would restart.
+    would: Vec<WouldRestartWorkload>,
 }
 
 impl<'a> Pass<'a> {
@@ -648,6 +772,7 @@ impl<'a> Pass<'a> {
         policy_ref: &'a ObjectReference,
         hash: &str,
         open: bool,
+        dry_run: bool,
     ) -> Self {
         let limit = usize::try_from(policy.spec.limits.restarts_per_reconcile.max(1)).unwrap_or(1);
         Self {
@@ -670,6 +795,8 @@ impl<'a> Pass<'a> {
             ignored: 0,
             ignored_error: None,
             overlap: None,
+            dry_run,
+            would: Vec::new(),
         }
     }
 
@@ -940,6 +1067,10 @@ impl<'a> Pass<'a> {
         if self.chunk.admit(&key) == Admission::Pending {
             return Ok(());
         }
+        if self.dry_run {
+            self.would_restart(owner.kind.as_str(), &owner.namespace, &owner.name, reason);
+            return Ok(());
+        }
         match self.owners.mark(&owner, &self.marker, inspection).await {
             Ok(Rollout::Restarted) => {
                 if let OwnerKind::Workload(k) = owner.kind {
@@ -1012,8 +1143,9 @@ impl<'a> Pass<'a> {
                     Ok(None) => TargetState::Warned,
                     Ok(Some(i)) if i.excluded => TargetState::Excluded,
                     Ok(Some(i)) if i.restarted_for => TargetState::AlreadyRestarted,
-                    // Nothing is restarted outside the window; the marker waits too.
-                    Ok(Some(_)) if !self.chunk.is_open() => TargetState::Pending,
+                    // Nothing is restarted outside the window, or in a dry run; the marker
+                    // waits too.
+                    Ok(Some(_)) if !self.chunk.is_open() || self.dry_run => TargetState::Pending,
                     Ok(Some(i)) => match self.owners.mark(&set, &self.marker, i).await {
                         Ok(Rollout::Restarted | Rollout::AlreadyRestarted) => {
                             TargetState::AlreadyRestarted
@@ -1053,6 +1185,11 @@ impl<'a> Pass<'a> {
         if self.chunk.state(&key).is_some() || self.chunk.admit(&key) == Admission::Pending {
             return Ok(());
         }
+        if self.dry_run {
+            let ns = pod.namespace().unwrap_or_default();
+            self.would_restart("Pod", &ns, &pod.name_any(), reason);
+            return Ok(());
+        }
         match self
             .owners
             .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
@@ -1089,10 +1226,21 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
-    /// Records that `pod` needs a manual restart, with a Warning Event on the pod.
+    /// Records that a dry run would restart `kind` `namespace/name`, because of `reason`.
+    fn would_restart(&mut self, kind: &str, namespace: &str, name: &str, reason: &str) {
+        self.would.push(WouldRestartWorkload {
+            namespace: namespace.to_owned(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            reason: reason.to_owned(),
+        });
+    }
+
+    /// Records that `pod` needs a manual restart, with a Warning Event on the pod (not in a
+    /// dry run, whose status lists them).
     async fn warn(&mut self, pod: &Pod, kind: WarningKind, reason: &str) {
         let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-        if !self.warnings.insert(name) {
+        if !self.warnings.insert(name) || self.dry_run {
             return;
         }
         metrics()

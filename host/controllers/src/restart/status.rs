@@ -20,12 +20,21 @@
 //! | `OverlappingPolicies` | True / `PodsSelectedByOtherPolicies` | the other policies |
 //! | | False / `NoOverlap` | `no pod is selected by another ProxyRestartPolicy` |
 //!
+//! This project's own: `Ready` False / `Suspended` (`spec.suspend`, the other conditions kept
+//! from the last pass), and with `spec.mode: DryRun` ([`dry_run`]) `Ready` False / `DryRun`,
+//! `ProxySidecarRestartSucceeded` and `IngressGatewayRestartSucceeded` False / `DryRun` when
+//! something would restart.
+//!
 //! Upstream sets the two ingress gateway reasons on `Ready`, where the end of every reconcile
 //! overwrites them; here they have a condition of their own.
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::Timestamp;
+use wasmop_api::proxyrestartpolicy::{
+    MAX_WOULD_RESTART, ProxyRestartPolicyStatus, WouldRestart, WouldRestartWorkload,
+};
+use wasmop_kernel::conditions;
 
 use super::plan::warning_message;
 
@@ -68,6 +77,10 @@ pub mod reason {
     pub(crate) const OVERLAP: &str = "PodsSelectedByOtherPolicies";
     /// Overlap/False.
     pub(crate) const NO_OVERLAP: &str = "NoOverlap";
+    /// Ready/False: `spec.suspend`.
+    pub(crate) const SUSPENDED: &str = "Suspended";
+    /// Ready, PSRS, Gateway/False: `spec.mode: DryRun`, something would restart.
+    pub(crate) const DRY_RUN: &str = "DryRun";
 }
 
 /// Messages, as the reference spells them.
@@ -93,6 +106,8 @@ pub mod message {
     pub(crate) const WARNING_DESCRIPTION: &str = "Some Pods with Istio sidecar injection failed to restart. To learn more about the warning, see the ProxySidecarRestartSucceeded condition and the Events of this ProxyRestartPolicy";
     /// The error of the Warning state (upstream's).
     pub(crate) const WARNING_ERROR: &str = "could not restart one or more Istio-injected Pods";
+    /// Ready/False, suspended, and the description of the Suspended state.
+    pub(crate) const SUSPENDED: &str = "Restarts are suspended (spec.suspend): nothing is evaluated or restarted until it is false, then what is out of date restarts";
 }
 
 /// `status.state`.
@@ -106,6 +121,10 @@ pub enum State {
     Warning,
     /// A restart, a read or the plugin failed.
     Error,
+    /// `spec.suspend`: nothing is evaluated or restarted.
+    Suspended,
+    /// `spec.mode: DryRun`: evaluated, nothing restarted (see `status.wouldRestart`).
+    DryRun,
 }
 
 impl State {
@@ -116,6 +135,8 @@ impl State {
             State::Processing => "Processing",
             State::Warning => "Warning",
             State::Error => "Error",
+            State::Suspended => "Suspended",
+            State::DryRun => "DryRun",
         }
     }
 }
@@ -152,6 +173,9 @@ pub enum Gateway {
     NotFound,
     /// Its settings changed; the restart waits for the window.
     Waiting(Option<Timestamp>),
+    /// Its settings changed and it would restart now, for the change described
+    /// (`spec.mode: DryRun`).
+    WouldRestart(String),
     /// The restart failed.
     Failed(String),
 }
@@ -273,6 +297,11 @@ pub fn report(o: &Outcome) -> Report {
                     ),
                 )
             }
+            Gateway::WouldRestart(change) => (
+                false,
+                reason::DRY_RUN,
+                format!("the gateway would restart (spec.mode DryRun): {change}"),
+            ),
             Gateway::Failed(e) => {
                 errors.push(format!("{}: {e}", message::GATEWAY_FAILED));
                 (
@@ -375,6 +404,91 @@ pub fn report(o: &Outcome) -> Report {
             Some(Gateway::Unchanged | Gateway::Restarted(_) | Gateway::NotFound)
         ),
         next,
+    }
+}
+
+/// `r` for a policy in `spec.mode: DryRun` whose pass would make `sidecars` restarts now
+/// (rollouts and pod deletions; the gateway is in `r` already) and leave `pending` workloads
+/// for the next chunk or the window. Nothing is recorded as applied. Unless the reconcile
+/// failed (`Error` stays, with its conditions), the state is `DryRun` and `Ready` is False /
+/// `DryRun`; `ProxySidecarRestartSucceeded` True or `...PartiallySucceeded` become False /
+/// `DryRun` when something would restart (a closed window, warnings and ignored plugin
+/// failures keep their own reasons).
+pub fn dry_run(mut r: Report, sidecars: usize, gateway: bool, pending: usize) -> Report {
+    r.record_proxy = false;
+    r.record_gateway = false;
+    if r.state == State::Error {
+        return r;
+    }
+    let total = sidecars + usize::from(gateway);
+    let mut description = format!("Dry run (spec.mode DryRun): {total} restart(s) would be made");
+    if pending > 0 {
+        description.push_str(&format!(", {pending} workload(s) would wait"));
+    }
+    description.push_str("; nothing is restarted (see status.wouldRestart)");
+    r.state = State::DryRun;
+    r.description = description.clone();
+    for c in &mut r.conditions {
+        match c.0 {
+            READY => *c = (READY, false, reason::DRY_RUN, description.clone()),
+            SIDECARS
+                if (c.2 == reason::SIDECARS_SUCCEEDED && sidecars > 0)
+                    || c.2 == reason::SIDECARS_PARTIAL =>
+            {
+                let mut m = format!("{sidecars} workload(s) would restart now");
+                if pending > 0 {
+                    m.push_str(&format!(" and {pending} would wait for the next chunk"));
+                }
+                m.push_str(" (spec.mode DryRun)");
+                *c = (SIDECARS, false, reason::DRY_RUN, m);
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+/// The status of a suspended policy at `generation`, from its `previous` one: what the last
+/// pass found is kept (summary, applied configuration, overlaps, `wouldRestart`, this
+/// controller's other conditions), with `state: Suspended` and `Ready` False / `Suspended`.
+/// Applied to its own result it gives the same status, so a suspended policy is written once.
+pub fn suspended(
+    previous: &ProxyRestartPolicyStatus,
+    generation: Option<i64>,
+) -> ProxyRestartPolicyStatus {
+    let mut next = previous.clone();
+    next.conditions
+        .retain(|c| TYPES.contains(&c.type_.as_str()));
+    conditions::set(
+        &mut next.conditions,
+        conditions::condition(
+            &previous.conditions,
+            READY,
+            false,
+            reason::SUSPENDED,
+            message::SUSPENDED,
+            generation,
+        ),
+    );
+    next.state = Some(State::Suspended.as_str().to_owned());
+    next.description = Some(message::SUSPENDED.to_owned());
+    next.observed_generation = generation;
+    next
+}
+
+/// `status.wouldRestart` from the restarts a dry run would make: sorted, duplicates dropped,
+/// reasons cut to 256 bytes, the first [`MAX_WOULD_RESTART`] listed and all counted.
+pub fn would_restart(mut all: Vec<WouldRestartWorkload>) -> WouldRestart {
+    for w in &mut all {
+        w.reason = wasmop_kernel::text::cut(&w.reason, 256).into_owned();
+    }
+    all.sort();
+    all.dedup_by(|a, b| (&a.namespace, &a.kind, &a.name) == (&b.namespace, &b.kind, &b.name));
+    let count = i64::try_from(all.len()).unwrap_or(i64::MAX);
+    all.truncate(MAX_WOULD_RESTART);
+    WouldRestart {
+        count,
+        workloads: all,
     }
 }
 
@@ -625,5 +739,166 @@ mod tests {
         );
         o.overlap = None;
         assert!(report(&o).conditions.iter().all(|c| c.0 != OVERLAP));
+    }
+
+    fn would(ns: &str, kind: &str, name: &str, reason: &str) -> WouldRestartWorkload {
+        WouldRestartWorkload {
+            namespace: ns.into(),
+            kind: kind.into(),
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_dry_run_reports_what_would_restart_and_records_nothing() {
+        let r = dry_run(report(&outcome(Sidecars::Done)), 2, false, 0);
+        assert_eq!(r.state, State::DryRun);
+        assert!(!r.record_proxy && !r.record_gateway, "nothing is applied");
+        let ready = cond(&r, READY);
+        assert_eq!((ready.1, ready.2), (false, "DryRun"));
+        assert!(
+            ready.3.contains("2 restart(s) would be made"),
+            "{}",
+            ready.3
+        );
+        assert_eq!(
+            cond(&r, SIDECARS),
+            &(
+                SIDECARS,
+                false,
+                "DryRun",
+                "2 workload(s) would restart now (spec.mode DryRun)".into()
+            )
+        );
+        assert_eq!(r.next, Next::Resync);
+
+        // Nothing would restart: the sidecars are in the desired state; still not Ready.
+        let r = dry_run(report(&outcome(Sidecars::Done)), 0, false, 0);
+        assert_eq!(r.state, State::DryRun);
+        assert!(cond(&r, SIDECARS).1);
+        assert!(!cond(&r, READY).1);
+
+        // The chunk limit and the window are evaluated as usual.
+        let r = dry_run(
+            report(&outcome(Sidecars::Partial { pending: 3 })),
+            2,
+            false,
+            3,
+        );
+        assert_eq!(r.next, Next::Chunk);
+        assert_eq!(
+            cond(&r, SIDECARS).3,
+            "2 workload(s) would restart now and 3 would wait for the next chunk (spec.mode DryRun)"
+        );
+        let opens: Timestamp = "2026-03-02T02:00:00Z".parse().unwrap();
+        let r = dry_run(
+            report(&outcome(Sidecars::Waiting {
+                pending: 1,
+                opens: Some(opens),
+            })),
+            0,
+            false,
+            1,
+        );
+        assert_eq!(cond(&r, SIDECARS).2, "MaintenanceWindowClosed");
+        assert_eq!(r.next, Next::Window(Some(opens)));
+        assert!(
+            r.description.contains("1 workload(s) would wait"),
+            "{}",
+            r.description
+        );
+
+        // The gateway.
+        let mut o = outcome(Sidecars::Done);
+        o.gateway = Some(Gateway::WouldRestart(
+            "numTrustedProxies changed from 1 to 2".into(),
+        ));
+        let r = dry_run(report(&o), 0, true, 0);
+        let gw = cond(&r, GATEWAY);
+        assert_eq!((gw.1, gw.2), (false, "DryRun"));
+        assert!(gw.3.ends_with("numTrustedProxies changed from 1 to 2"));
+        assert!(r.description.contains("1 restart(s)"), "{}", r.description);
+        assert!(!r.record_gateway);
+
+        // Errors stay errors, and record nothing either.
+        let r = dry_run(
+            report(&outcome(Sidecars::Failed("boom".into()))),
+            1,
+            false,
+            0,
+        );
+        assert_eq!(r.state, State::Error);
+        assert_eq!(cond(&r, READY).2, "ReconcileFailed");
+        assert_eq!(r.next, Next::Error);
+    }
+
+    #[test]
+    fn the_would_restart_list_is_sorted_unique_and_capped_with_a_count() {
+        let mut all: Vec<_> = (0..60)
+            .rev()
+            .map(|i| would("ns", "Deployment", &format!("w{i:02}"), "image"))
+            .collect();
+        all.push(would("ns", "Deployment", "w00", "again"));
+        all.push(would("a", "Pod", "p", &"x".repeat(1000)));
+        let w = would_restart(all);
+        assert_eq!(w.count, 61);
+        assert_eq!(w.workloads.len(), MAX_WOULD_RESTART);
+        assert_eq!(w.workloads[0].name, "p");
+        assert!(w.workloads[0].reason.len() <= 256);
+        assert_eq!(w.workloads[1].name, "w00");
+        assert_eq!(w.workloads[49].name, "w48");
+        assert_eq!(would_restart(Vec::new()), WouldRestart::default());
+    }
+
+    #[test]
+    fn a_suspended_status_keeps_the_last_pass_and_is_written_once() {
+        use wasmop_api::proxyrestartpolicy::RestartSummary;
+        let c = |t: &str, ok: bool, reason: &str| {
+            conditions::condition(&[], t, ok, reason, "m", Some(1))
+        };
+        let previous = ProxyRestartPolicyStatus {
+            state: Some("Processing".into()),
+            description: Some("Proxy reset is still ongoing".into()),
+            observed_generation: Some(1),
+            summary: Some(RestartSummary {
+                workloads_pending: 3,
+                ..RestartSummary::default()
+            }),
+            overlapping_policies: vec!["b".into()],
+            conditions: vec![
+                c(READY, false, reason::RECONCILE_REQUEUED),
+                c(SIDECARS, false, reason::SIDECARS_PARTIAL),
+                c("PluginReady", true, "Loaded"),
+            ],
+            ..ProxyRestartPolicyStatus::default()
+        };
+        let s = suspended(&previous, Some(2));
+        assert_eq!(s.state.as_deref(), Some("Suspended"));
+        assert_eq!(s.observed_generation, Some(2));
+        assert_eq!(
+            s.summary, previous.summary,
+            "what the last pass found is kept"
+        );
+        assert_eq!(s.overlapping_policies, ["b"]);
+        let ready = conditions::find(&s.conditions, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "Suspended")
+        );
+        assert_eq!(ready.observed_generation, Some(2));
+        assert_eq!(
+            ready.last_transition_time, previous.conditions[0].last_transition_time,
+            "Ready was False already"
+        );
+        assert_eq!(
+            conditions::find(&s.conditions, SIDECARS),
+            Some(&previous.conditions[1])
+        );
+        assert!(
+            conditions::find(&s.conditions, "PluginReady").is_none(),
+            "another field manager's condition is not written"
+        );
+        assert_eq!(suspended(&s, Some(2)), s, "nothing to write again");
     }
 }
