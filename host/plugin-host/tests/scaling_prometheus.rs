@@ -268,7 +268,11 @@ async fn votes_over_https_trust_the_extra_ca() {
     let Failure::Plugin { message, field } = &e.failure else {
         panic!("{e}")
     };
-    assert_eq!(field.as_deref(), Some("request.metadata.serverAddress"), "{e}");
+    assert_eq!(
+        field.as_deref(),
+        Some("request.metadata.serverAddress"),
+        "{e}"
+    );
     assert!(
         message.contains(&format!(
             "the TLS certificate of serverAddress {server} is not trusted: it must be valid for \
@@ -303,7 +307,11 @@ async fn unreachable_and_silent_servers_fail_with_their_cause() {
         let Failure::Plugin { message, field } = &e.failure else {
             panic!("{addr}: {e}")
         };
-        assert_eq!(field.as_deref(), Some("request.metadata.serverAddress"), "{e}");
+        assert_eq!(
+            field.as_deref(),
+            Some("request.metadata.serverAddress"),
+            "{e}"
+        );
         assert!(message.contains(&says), "{addr}: {message}");
         assert!(!message.starts_with("metadata."), "{addr}: {message}");
     }

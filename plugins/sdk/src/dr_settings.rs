@@ -64,11 +64,6 @@ mod tests {
         );
         assert_eq!(field("[1]").as_deref(), Some("settings"));
         assert_eq!(field("{").as_deref(), Some("settings"));
-        assert!(
-            validate("3")
-                .unwrap_err()
-                .message
-                .contains("JSON object")
-        );
+        assert!(validate("3").unwrap_err().message.contains("JSON object"));
     }
 }

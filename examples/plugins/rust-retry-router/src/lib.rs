@@ -367,7 +367,11 @@ mod tests {
             http[0]["retries"],
             json!({"attempts": 3, "perTryTimeout": "0.5s", "retryOn": RETRY_ON})
         );
-        assert_eq!(http[1], vs()["spec"]["http"][0], "the route itself is unchanged");
+        assert_eq!(
+            http[1],
+            vs()["spec"]["http"][0],
+            "the route itself is unchanged"
+        );
     }
 
     #[test]
@@ -390,11 +394,27 @@ mod tests {
     #[test]
     fn settings_errors_name_the_field() {
         assert_eq!(Settings::parse("{}").unwrap(), Settings::default());
-        for bad in [r#"{"attempts": 11}"#, r#"{"attempts": "2"}"#, r#"{"attempts": -1}"#] {
-            assert_eq!(Settings::parse(bad).unwrap_err().1, "settings.attempts", "{bad}");
+        for bad in [
+            r#"{"attempts": 11}"#,
+            r#"{"attempts": "2"}"#,
+            r#"{"attempts": -1}"#,
+        ] {
+            assert_eq!(
+                Settings::parse(bad).unwrap_err().1,
+                "settings.attempts",
+                "{bad}"
+            );
         }
-        for bad in [r#"{"perTryTimeout": 2}"#, r#"{"perTryTimeout": "2x"}"#, r#"{"perTryTimeout": "2m"}"#] {
-            assert_eq!(Settings::parse(bad).unwrap_err().1, "settings.perTryTimeout", "{bad}");
+        for bad in [
+            r#"{"perTryTimeout": 2}"#,
+            r#"{"perTryTimeout": "2x"}"#,
+            r#"{"perTryTimeout": "2m"}"#,
+        ] {
+            assert_eq!(
+                Settings::parse(bad).unwrap_err().1,
+                "settings.perTryTimeout",
+                "{bad}"
+            );
         }
         assert_eq!(
             Settings::parse(r#"{"responseHeader": "a b"}"#)
