@@ -1,0 +1,353 @@
+//! E2E on the real node of the local control plane (`wasmop-node`, deploy/dev/node.sh): pods
+//! run in containers there. `helm install` of the chart with the image of
+//! `scripts/build-image.sh wasmop`, imported into the node's containerd: the operator (two
+//! replicas, one active through the DR lease) and the resolver become Ready under the kubelet's
+//! probes, as user 65532 on a read-only root filesystem (read from the running processes);
+//! deleting the active replica with `--grace-period=0` hands over to the other within the DR
+//! bound; `helm upgrade` with a changed value rolls both Deployments; `helm uninstall` leaves no
+//! object of the release but the CRDs.
+//!
+//! The image tar is `$WASMOP_E2E_IMAGE`, else `<target>/e2e-image/wasmop.tar`, which
+//! scripts/test.sh builds before the e2e tier.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use wasmop_tests::{dump_dir, eventually, http_get, install_crds, kubectl_ok, with_temp_ns};
+
+const NODE: &str = "wasmop-node";
+const RELEASE: &str = "wasmop-node-e2e";
+const IMAGE_TAG: &str = "e2e";
+const TIMEOUT: Duration = Duration::from_secs(240);
+
+/// The cluster's state directory (deploy/dev/cluster.sh).
+fn cluster_dir() -> PathBuf {
+    std::env::var_os("WASMOP_DEV_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/wasmop/dev-cluster")
+        })
+}
+
+fn cluster_sh() -> Command {
+    Command::new(wasmop_tests::repo_root().join("deploy/dev/cluster.sh"))
+}
+
+/// Imports the image tar `tar` into the real node's containerd.
+fn import_image(tar: &std::path::Path) {
+    let out = cluster_sh()
+        .arg("import")
+        .arg(tar)
+        .output()
+        .expect("run cluster.sh import");
+    assert!(
+        out.status.success(),
+        "cluster.sh import {}: {}",
+        tar.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The wasmop image tar, tagged `IMAGE_TAG` (scripts/build-image.sh wasmop --tag e2e).
+fn wasmop_image() -> PathBuf {
+    let tar = std::env::var_os("WASMOP_E2E_IMAGE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| wasmop_tests::target_dir().join("e2e-image/wasmop.tar"));
+    assert!(
+        tar.is_file(),
+        "{} is missing: build it with `scripts/build-image.sh wasmop --tag {IMAGE_TAG} --out {}` \
+         (scripts/test.sh does)",
+        tar.display(),
+        tar.display()
+    );
+    tar
+}
+
+/// Runs helm (deploy/helm/helm-version.sh) with `args`; panics unless it succeeds.
+fn helm(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#". "$0/helm-version.sh" && exec "$HELM" "$@""#)
+        .arg(wasmop_tests::repo_root().join("deploy/helm"))
+        .args(args)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Values that put the release's pods on the real node and keep it to the test's namespace:
+/// the operator watches only there, and the cluster-wide admission policies and aggregated
+/// user roles, which would judge other tests' objects, are left out.
+fn values(ns: &str) -> PathBuf {
+    let placement = format!(
+        "nodeSelector: {{kubernetes.io/hostname: {NODE}}}\n  \
+         tolerations: [{{key: wasmop.dev/real-node, operator: Exists, effect: NoSchedule}}]"
+    );
+    let text = format!(
+        "image: {{repository: wasmop, tag: {IMAGE_TAG}, pullPolicy: Never}}\n\
+         operator:\n  watchNamespace: {ns}\n  {placement}\n\
+         resolver:\n  {placement}\n\
+         admissionPolicy: {{enabled: false}}\n\
+         rbac: {{aggregateToDefaultRoles: false}}\n"
+    );
+    let file = dump_dir().join(format!("{ns}-values.yaml"));
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// The pid of the main process of container `id` (a `containerd://` id) on the real node.
+fn container_pid(id: &str) -> u32 {
+    let id = id.trim_start_matches("containerd://");
+    let socket = cluster_dir().join("node/containerd/containerd.sock");
+    let out = Command::new("ctr")
+        .arg("--address")
+        .arg(&socket)
+        .args(["-n", "k8s.io", "tasks", "ls"])
+        .output()
+        .expect("run ctr");
+    let list = String::from_utf8_lossy(&out.stdout);
+    list.lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(id)).then(|| f.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no task {id} in the node's containerd:\n{list}"))
+}
+
+/// The pods of the release's Deployment `name`, all Running and Ready on the real node, once
+/// there are `want` of them and no other.
+async fn ready_pods(pods: &Api<Pod>, selector: &str, want: usize) -> Vec<Pod> {
+    eventually(
+        &format!("{want} Ready pods of {selector} and no other"),
+        TIMEOUT,
+        async || {
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .ok()?;
+            let ready: Vec<Pod> = list
+                .items
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status.as_ref().is_some_and(|s| {
+                            s.conditions
+                                .iter()
+                                .flatten()
+                                .any(|c| c.type_ == "Ready" && c.status == "True")
+                        })
+                })
+                .cloned()
+                .collect();
+            (ready.len() == want && list.items.len() == want).then_some(ready)
+        },
+    )
+    .await
+}
+
+/// Checks what the kubelet and runc made of the chart's security context: every container of
+/// `pod` runs on the real node as user and group 65532, on a read-only root filesystem.
+fn assert_runs_locked_down(pod: &Pod) {
+    let name = pod.metadata.name.as_deref().unwrap();
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(NODE),
+        "{name} is not on the real node"
+    );
+    for status in pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .iter()
+        .flatten()
+    {
+        let pid = container_pid(status.container_id.as_deref().expect("a started container"));
+        let proc_status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        for key in ["Uid:", "Gid:"] {
+            let line = proc_status.lines().find(|l| l.starts_with(key)).unwrap();
+            assert!(
+                line.split_whitespace().skip(1).all(|id| id == "65532"),
+                "{name}/{}: {line}",
+                status.name
+            );
+        }
+        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+        let root = mounts
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some("/"))
+            .expect("a root mount");
+        let options = root.split_whitespace().nth(5).unwrap();
+        assert!(
+            options.split(',').any(|o| o == "ro"),
+            "{name}/{}: root filesystem mounted {options}",
+            status.name
+        );
+        assert_eq!(status.restart_count, 0, "{name}/{} restarted", status.name);
+    }
+}
+
+/// The operator pod among `pods` that answers `checkifreadonly` with 200 (active), once exactly
+/// one does and the others answer 502 (passive).
+async fn active_of(pods: &[String], ips: &[String]) -> String {
+    eventually("exactly one active operator replica", TIMEOUT, async || {
+        let mut active = None;
+        for (pod, ip) in pods.iter().zip(ips) {
+            match http_get(&format!("{ip}:8080"), "/health/ready?checkifreadonly=true")?.0 {
+                200 if active.is_none() => active = Some(pod.clone()),
+                502 => {}
+                _ => return None,
+            }
+        }
+        active
+    })
+    .await
+}
+
+fn names_and_ips(pods: &[Pod]) -> (Vec<String>, Vec<String>) {
+    pods.iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap(),
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.clone())
+                    .expect("a pod IP"),
+            )
+        })
+        .unzip()
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane's real node and the image tar: run with make test"]
+async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_node() {
+    let image = wasmop_image();
+    with_temp_ns("real-node-chart", |client, ns| async move {
+        import_image(&image);
+        install_crds();
+        let values = values(&ns);
+        let values = values.to_string_lossy();
+        let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
+        let chart = chart.to_string_lossy();
+        let started = Instant::now();
+        helm(&["install", RELEASE, &chart, "-n", &ns, "--skip-crds", "-f", &values]);
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let operator_sel = format!("app.kubernetes.io/name=wasmop,app.kubernetes.io/instance={RELEASE}");
+        let resolver_sel =
+            format!("app.kubernetes.io/name=wasmop-resolver,app.kubernetes.io/instance={RELEASE}");
+        let operators = ready_pods(&pods, &operator_sel, 2).await;
+        let resolvers = ready_pods(&pods, &resolver_sel, 2).await;
+        eprintln!("operator and resolver pods Ready {:?} after helm install", started.elapsed());
+        for pod in operators.iter().chain(&resolvers) {
+            assert_runs_locked_down(pod);
+        }
+
+        // Active/passive through the DR lease, which names the active pod.
+        let (names, ips) = names_and_ips(&operators);
+        let active = active_of(&names, &ips).await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+        let holder = eventually("the Lease naming the active replica", TIMEOUT, async || {
+            let lease = leases.get_opt("wasmop").await.ok()??;
+            lease.spec?.holder_identity
+        })
+        .await;
+        assert_eq!(holder, active);
+
+        // The active replica deleted at once: the other takes over within the DR bound,
+        // (failureThreshold + 1) × waitTimeInSeconds = 20 s with the chart's defaults.
+        let deleted = Instant::now();
+        kubectl_ok(&["delete", "pod", &active, "-n", &ns, "--grace-period=0", "--force", "--wait=false"]);
+        let survivor = names.iter().position(|n| *n != active).unwrap();
+        eventually("the other replica to become active", Duration::from_secs(60), async || {
+            let (status, _) =
+                http_get(&format!("{}:8080", ips[survivor]), "/health/ready?checkifreadonly=true")?;
+            (status == 200).then_some(())
+        })
+        .await;
+        let handover = deleted.elapsed();
+        eprintln!("handover after deleting the active replica: {handover:?}");
+        assert!(handover <= Duration::from_secs(22), "handover took {handover:?}");
+        let operators = ready_pods(&pods, &operator_sel, 2).await;
+
+        // A changed value rolls both Deployments: every pod is replaced and Ready again.
+        let before: Vec<String> = operators
+            .iter()
+            .chain(&resolvers)
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        helm(&[
+            "upgrade", RELEASE, &chart, "-n", &ns, "--skip-crds", "-f", &values,
+            "--set", "operator.logLevel=debug", "--set", "resolver.logLevel=debug",
+        ]);
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        for name in [RELEASE.to_owned(), format!("{RELEASE}-resolver")] {
+            eventually(&format!("{name} rolled out"), TIMEOUT, async || {
+                let d = deployments.get(&name).await.ok()?;
+                let status = d.status?;
+                (status.observed_generation == d.metadata.generation
+                    && status.updated_replicas == Some(2)
+                    && status.ready_replicas == Some(2)
+                    && status.replicas == Some(2))
+                .then_some(())
+            })
+            .await;
+        }
+        let operators = ready_pods(&pods, &operator_sel, 2).await;
+        let resolvers = ready_pods(&pods, &resolver_sel, 2).await;
+        for pod in operators.iter().chain(&resolvers) {
+            assert!(!before.contains(pod.metadata.name.as_ref().unwrap()));
+            let env = &pod.spec.as_ref().unwrap().containers[0].env;
+            assert!(
+                env.iter().flatten().any(|e| e.value.as_deref() == Some("debug")),
+                "{:?} kept the old log level",
+                pod.metadata.name
+            );
+            assert_runs_locked_down(pod);
+        }
+
+        // Uninstall: nothing the chart made is left, in the namespace or cluster-wide, and the
+        // pods are gone; the CRDs stay (helm never deletes them), and so does the DR Lease, which
+        // the operator made at run time (docs/install.md, "Uninstall").
+        helm(&["uninstall", RELEASE, "-n", &ns, "--wait", "--timeout", "180s"]);
+        let uninstalled = Instant::now();
+        eventually("the release's pods to be gone", TIMEOUT, async || {
+            let left = pods.list(&ListParams::default()).await.ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await;
+        eprintln!("pods gone {:?} after helm uninstall", uninstalled.elapsed());
+        let selector = format!("app.kubernetes.io/instance={RELEASE}");
+        let labelled = kubectl_ok(&[
+            "get",
+            "all,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets,leases",
+            "-n", &ns, "-l", &selector, "-o", "name",
+        ]);
+        let cluster_wide = kubectl_ok(&[
+            "get",
+            "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings",
+            "-l", &selector, "-o", "name",
+        ]);
+        let named = kubectl_ok(&["get", "all,configmaps,serviceaccounts,leases", "-n", &ns, "-o", "name"]);
+        let named: Vec<&str> = named.lines().filter(|l| l.contains("wasmop")).collect();
+        assert_eq!(
+            format!("{labelled}{cluster_wide}{}", named.join("\n")).trim(),
+            "lease.coordination.k8s.io/wasmop",
+            "left behind by helm uninstall"
+        );
+        kubectl_ok(&["get", "crd", "dynamicenvs.wasmop.dev", "elasticservices.wasmop.dev"]);
+    })
+    .await;
+}
