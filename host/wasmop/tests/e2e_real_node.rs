@@ -7,6 +7,11 @@
 //! bound; `helm upgrade` with a changed value rolls both Deployments; `helm uninstall` leaves no
 //! object of the release but the CRDs.
 //!
+//! Scale from zero with real traffic: a Deployment of the test backend (tests/backend) behind
+//! an ElasticService, scaled to zero; a request to the Service's ClusterIP, sent from the real
+//! node's network namespace through kube-proxy's rules, is held by the chart's resolver pod,
+//! whose demand has the in-cluster operator scale the Deployment up; the new pod answers it.
+//!
 //! The image tar is `$WASMOP_E2E_IMAGE`, else `<target>/e2e-image/wasmop.tar`, which
 //! scripts/test.sh builds before the e2e tier.
 
@@ -90,7 +95,7 @@ fn helm(args: &[&str]) -> String {
 /// Values that put the release's pods on the real node and keep it to the test's namespace:
 /// the operator watches only there, and the cluster-wide admission policies and aggregated
 /// user roles, which would judge other tests' objects, are left out.
-fn values(ns: &str) -> PathBuf {
+fn values(ns: &str, release: &str) -> PathBuf {
     let placement = format!(
         "nodeSelector: {{kubernetes.io/hostname: {NODE}}}\n  \
          tolerations: [{{key: wasmop.dev/real-node, operator: Exists, effect: NoSchedule}}]"
@@ -102,9 +107,41 @@ fn values(ns: &str) -> PathBuf {
          admissionPolicy: {{enabled: false}}\n\
          rbac: {{aggregateToDefaultRoles: false}}\n"
     );
-    let file = dump_dir().join(format!("{ns}-values.yaml"));
+    let file = dump_dir().join(format!("{ns}-{release}-values.yaml"));
     std::fs::write(&file, text).unwrap();
     file
+}
+
+/// The backend image tar (scripts/build-image.sh backend --tag e2e), built into the dump folder.
+fn backend_image() -> PathBuf {
+    let tar = dump_dir().join("wasmop-test-backend.tar");
+    let out = Command::new(wasmop_tests::repo_root().join("scripts/build-image.sh"))
+        .args(["backend", "--tag", IMAGE_TAG, "--out"])
+        .arg(&tar)
+        .output()
+        .expect("run scripts/build-image.sh");
+    assert!(
+        out.status.success(),
+        "scripts/build-image.sh backend: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tar
+}
+
+/// `curl ARGS` run in the real node's network namespace, where kube-proxy's rules turn Service
+/// addresses into pod addresses: (exit success, stdout).
+fn curl_in_node(args: &[&str]) -> (bool, String) {
+    let offset = std::env::var("WASMOP_DEV_PORT_OFFSET").unwrap_or_else(|_| "0".into());
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/wasmop-node-{offset}"))
+        .args(["curl", "-sS"])
+        .args(args)
+        .output()
+        .expect("run nsenter curl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 /// The pid of the main process of container `id` (a `containerd://` id) on the real node.
@@ -237,7 +274,7 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
     with_temp_ns("real-node-chart", |client, ns| async move {
         import_image(&image);
         install_crds();
-        let values = values(&ns);
+        let values = values(&ns, RELEASE);
         let values = values.to_string_lossy();
         let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
         let chart = chart.to_string_lossy();
@@ -348,6 +385,139 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
             "left behind by helm uninstall"
         );
         kubectl_ok(&["get", "crd", "dynamicenvs.wasmop.dev", "elasticservices.wasmop.dev"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane's real node and the image tar: run with make test"]
+async fn a_request_at_zero_through_the_cluster_ip_is_held_by_the_resolver_pod_and_answered() {
+    const SCALE_RELEASE: &str = "wasmop-node-scale";
+    let image = wasmop_image();
+    with_temp_ns("real-node-scale", |client, ns| async move {
+        import_image(&image);
+        import_image(&backend_image());
+        install_crds();
+        let values = values(&ns, SCALE_RELEASE);
+        let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
+        helm(&[
+            "install", SCALE_RELEASE, &chart.to_string_lossy(), "-n", &ns, "--skip-crds",
+            "-f", &values.to_string_lossy(),
+            "--set", "operator.replicas=1", "--set", "resolver.replicas=1",
+        ]);
+
+        // The backend: a Deployment on the real node behind Service `web`, and its
+        // ElasticService (no triggers: woken on demand only).
+        let manifest = format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {NODE}}}
+      tolerations: [{{key: wasmop.dev/real-node, operator: Exists, effect: NoSchedule}}]
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: wasmop-test-backend:{IMAGE_TAG}
+        imagePullPolicy: Never
+        env:
+        - {{name: BACKEND_MESSAGE, value: cold-start}}
+        - name: POD_NAME
+          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
+        ports: [{{name: http, containerPort: 8080}}]
+        readinessProbe: {{httpGet: {{path: /, port: http}}, periodSeconds: 1}}
+        securityContext: {{runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{name: http, port: 80, targetPort: http}}]
+---
+apiVersion: wasmop.dev/v1alpha1
+kind: ElasticService
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  service: web
+  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}
+  minTargetReplicas: 1
+  probeResponse:
+  - match: {{path: {{type: Exact, value: /probe}}, method: GET}}
+    response: {{status: 200, body: resolver}}
+"#
+        );
+        let file = dump_dir().join(format!("{ns}-web.yaml"));
+        std::fs::write(&file, manifest).unwrap();
+        kubectl_ok(&["apply", "-f", &file.to_string_lossy()]);
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let resolver_sel = format!(
+            "app.kubernetes.io/name=wasmop-resolver,app.kubernetes.io/instance={SCALE_RELEASE}"
+        );
+        ready_pods(&pods, &resolver_sel, 1).await;
+        let operator_sel =
+            format!("app.kubernetes.io/name=wasmop,app.kubernetes.io/instance={SCALE_RELEASE}");
+        ready_pods(&pods, &operator_sel, 1).await;
+        let warm = ready_pods(&pods, "app=web", 1).await;
+        let warm = warm[0].metadata.name.clone().unwrap();
+
+        let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
+        let ip = services
+            .get("web")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .expect("a ClusterIP");
+        let host = format!("Host: web.{ns}");
+        let url = format!("http://{ip}/");
+
+        // Warm: the backend answers through kube-proxy's rules.
+        let answer = eventually("the backend to answer through the ClusterIP", TIMEOUT, async || {
+            let (ok, body) = curl_in_node(&["--max-time", "5", "-H", &host, &url]);
+            (ok && body.starts_with(&warm)).then_some(body)
+        })
+        .await;
+        assert_eq!(answer.trim(), format!("{warm} cold-start"));
+
+        // Zero: the Service's traffic goes to the resolver pod (its probe answer shows it).
+        kubectl_ok(&["scale", "deployment", "web", "-n", &ns, "--replicas=0"]);
+        eventually("no web pod left", TIMEOUT, async || {
+            let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
+            list.items.is_empty().then_some(())
+        })
+        .await;
+        let probe = format!("http://{ip}/probe");
+        eventually("the resolver pod to answer the Service's traffic", TIMEOUT, async || {
+            let (ok, body) = curl_in_node(&["--max-time", "5", "-H", &host, &probe]);
+            (ok && body == "resolver").then_some(())
+        })
+        .await;
+
+        // One request at zero: held, the Deployment scaled up by the operator, answered by
+        // the new pod.
+        let sent = Instant::now();
+        let (ok, body) = curl_in_node(&["--max-time", "60", "-w", " %{http_code}", "-H", &host, &url]);
+        let cold_start = sent.elapsed();
+        eprintln!("cold start through the ClusterIP: {cold_start:?}");
+        assert!(ok, "the held request failed: {body}");
+        let (reply, code) = body.rsplit_once(' ').unwrap();
+        assert_eq!(code, "200", "{body}");
+        let (pod, message) = reply.trim().split_once(' ').expect("pod and message");
+        assert_eq!(message, "cold-start");
+        assert_ne!(pod, warm, "answered by the pod that was scaled away");
+        let new = ready_pods(&pods, "app=web", 1).await;
+        assert_eq!(new[0].metadata.name.as_deref(), Some(pod));
+        assert_eq!(new[0].spec.as_ref().unwrap().node_name.as_deref(), Some(NODE));
+
+        kubectl_ok(&["delete", "elasticservice", "web", "-n", &ns, "--wait=true"]);
+        helm(&["uninstall", SCALE_RELEASE, "-n", &ns, "--wait", "--timeout", "180s"]);
     })
     .await;
 }
