@@ -58,4 +58,5 @@ case $kind in
       --entrypoint /backend --port 8080)
     ;;
 esac
-python3 "$root/scripts/oci-image.py" --out "$out" "${base[@]}" "${exec_args[@]}"
+python3 "$root/scripts/oci-image.py" --out "$out" "${base[@]}" "${exec_args[@]}" \
+  --label "org.opencontainers.image.version=$tag"

@@ -7,6 +7,9 @@
 //! bound; `helm upgrade` with a changed value rolls both Deployments; `helm uninstall` leaves no
 //! object of the release but the CRDs.
 //!
+//! A DynamicEnv whose base Deployment runs on the real node: the in-cluster operator's clone
+//! runs there too, with the overridden image and env, and answers with them.
+//!
 //! Scale from zero with real traffic: a Deployment of the test backend (tests/backend) behind
 //! an ElasticService, scaled to zero; a request to the Service's ClusterIP, sent from the real
 //! node's network namespace through kube-proxy's rules, is held by the chart's resolver pod,
@@ -92,6 +95,80 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A helm release of the chart, uninstalled on drop (also when the test fails: its
+/// cluster-scoped objects would outlive the test's namespace).
+struct Release {
+    name: &'static str,
+    ns: String,
+}
+
+impl Release {
+    /// `helm install` of deploy/helm/wasmop as `name` in `ns` with [`values`] and `args`.
+    fn install(name: &'static str, ns: &str, args: &[&str]) -> Self {
+        let values = values(ns, name);
+        let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
+        let mut all = vec![
+            "install",
+            name,
+            chart.to_str().unwrap(),
+            "-n",
+            ns,
+            "--skip-crds",
+            "-f",
+            values.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        helm(&all);
+        Self {
+            name,
+            ns: ns.to_owned(),
+        }
+    }
+
+    /// `helm upgrade` with the install's values and `args`.
+    fn upgrade(&self, args: &[&str]) {
+        let values = values(&self.ns, self.name);
+        let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
+        let mut all = vec![
+            "upgrade",
+            self.name,
+            chart.to_str().unwrap(),
+            "-n",
+            &self.ns,
+            "--skip-crds",
+            "-f",
+            values.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        helm(&all);
+    }
+
+    /// `helm uninstall --wait`.
+    fn uninstall(&self) {
+        helm(&[
+            "uninstall",
+            self.name,
+            "-n",
+            &self.ns,
+            "--wait",
+            "--timeout",
+            "180s",
+        ]);
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg("-c")
+            .arg(r#". "$0/helm-version.sh" && exec "$HELM" uninstall "$1" -n "$2" --ignore-not-found"#)
+            .arg(wasmop_tests::repo_root().join("deploy/helm"))
+            .arg(self.name)
+            .arg(&self.ns)
+            .output();
+    }
+}
+
 /// Values that put the release's pods on the real node and keep it to the test's namespace:
 /// the operator watches only there, and the cluster-wide admission policies and aggregated
 /// user roles, which would judge other tests' objects, are left out.
@@ -112,11 +189,11 @@ fn values(ns: &str, release: &str) -> PathBuf {
     file
 }
 
-/// The backend image tar (scripts/build-image.sh backend --tag e2e), built into the dump folder.
-fn backend_image() -> PathBuf {
-    let tar = dump_dir().join("wasmop-test-backend.tar");
+/// The backend image tar (scripts/build-image.sh backend --tag TAG), built into the dump folder.
+fn backend_image(ns: &str, tag: &str) -> PathBuf {
+    let tar = dump_dir().join(format!("{ns}-backend-{tag}.tar"));
     let out = Command::new(wasmop_tests::repo_root().join("scripts/build-image.sh"))
-        .args(["backend", "--tag", IMAGE_TAG, "--out"])
+        .args(["backend", "--tag", tag, "--out"])
         .arg(&tar)
         .output()
         .expect("run scripts/build-image.sh");
@@ -274,12 +351,8 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
     with_temp_ns("real-node-chart", |client, ns| async move {
         import_image(&image);
         install_crds();
-        let values = values(&ns, RELEASE);
-        let values = values.to_string_lossy();
-        let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
-        let chart = chart.to_string_lossy();
         let started = Instant::now();
-        helm(&["install", RELEASE, &chart, "-n", &ns, "--skip-crds", "-f", &values]);
+        let release = Release::install(RELEASE, &ns, &[]);
 
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let operator_sel = format!("app.kubernetes.io/name=wasmop,app.kubernetes.io/instance={RELEASE}");
@@ -325,9 +398,11 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
             .chain(&resolvers)
             .map(|p| p.metadata.name.clone().unwrap())
             .collect();
-        helm(&[
-            "upgrade", RELEASE, &chart, "-n", &ns, "--skip-crds", "-f", &values,
-            "--set", "operator.logLevel=debug", "--set", "resolver.logLevel=debug",
+        release.upgrade(&[
+            "--set",
+            "operator.logLevel=debug",
+            "--set",
+            "resolver.logLevel=debug",
         ]);
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
         for name in [RELEASE.to_owned(), format!("{RELEASE}-resolver")] {
@@ -355,10 +430,11 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
             assert_runs_locked_down(pod);
         }
 
-        // Uninstall: nothing the chart made is left, in the namespace or cluster-wide, and the
-        // pods are gone; the CRDs stay (helm never deletes them), and so does the DR Lease, which
-        // the operator made at run time (docs/install.md, "Uninstall").
-        helm(&["uninstall", RELEASE, "-n", &ns, "--wait", "--timeout", "180s"]);
+        // Uninstall: nothing the chart made is left, in any namespace (its Role for Events in
+        // `default` too) or cluster-wide, and the pods are gone; the CRDs stay (helm never
+        // deletes them), and so does the DR Lease, which the operator made at run time
+        // (docs/install.md, "Uninstall").
+        release.uninstall();
         let uninstalled = Instant::now();
         eventually("the release's pods to be gone", TIMEOUT, async || {
             let left = pods.list(&ListParams::default()).await.ok()?;
@@ -370,7 +446,7 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
         let labelled = kubectl_ok(&[
             "get",
             "all,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets,leases",
-            "-n", &ns, "-l", &selector, "-o", "name",
+            "--all-namespaces", "-l", &selector, "-o", "name",
         ]);
         let cluster_wide = kubectl_ok(&[
             "get",
@@ -396,15 +472,13 @@ async fn a_request_at_zero_through_the_cluster_ip_is_held_by_the_resolver_pod_an
     let image = wasmop_image();
     with_temp_ns("real-node-scale", |client, ns| async move {
         import_image(&image);
-        import_image(&backend_image());
+        import_image(&backend_image(&ns, IMAGE_TAG));
         install_crds();
-        let values = values(&ns, SCALE_RELEASE);
-        let chart = wasmop_tests::repo_root().join("deploy/helm/wasmop");
-        helm(&[
-            "install", SCALE_RELEASE, &chart.to_string_lossy(), "-n", &ns, "--skip-crds",
-            "-f", &values.to_string_lossy(),
-            "--set", "operator.replicas=1", "--set", "resolver.replicas=1",
-        ]);
+        let release = Release::install(
+            SCALE_RELEASE,
+            &ns,
+            &["--set", "operator.replicas=1", "--set", "resolver.replicas=1"],
+        );
 
         // The backend: a Deployment on the real node behind Service `web`, and its
         // ElasticService (no triggers: woken on demand only).
@@ -517,7 +591,155 @@ spec:
         assert_eq!(new[0].spec.as_ref().unwrap().node_name.as_deref(), Some(NODE));
 
         kubectl_ok(&["delete", "elasticservice", "web", "-n", &ns, "--wait=true"]);
-        helm(&["uninstall", SCALE_RELEASE, "-n", &ns, "--wait", "--timeout", "180s"]);
+        release.uninstall();
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane's real node and the image tar: run with make test"]
+async fn a_dynamicenv_clone_runs_its_overrides_on_the_real_node() {
+    const ROUTE_RELEASE: &str = "wasmop-node-route";
+    const CLONE_TAG: &str = "e2e-clone";
+    let image = wasmop_image();
+    with_temp_ns("real-node-route", |client, ns| async move {
+        import_image(&image);
+        import_image(&backend_image(&ns, IMAGE_TAG));
+        import_image(&backend_image(&ns, CLONE_TAG));
+        install_crds();
+        let release = Release::install(
+            ROUTE_RELEASE,
+            &ns,
+            &[
+                "--set",
+                "operator.replicas=1",
+                "--set",
+                "resolver.enabled=false",
+            ],
+        );
+
+        let manifest = format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}, labels: {{app: web}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web, version: shared}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {NODE}}}
+      tolerations: [{{key: wasmop.dev/real-node, operator: Exists, effect: NoSchedule}}]
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: wasmop-test-backend:{IMAGE_TAG}
+        imagePullPolicy: Never
+        env:
+        - {{name: BACKEND_MESSAGE, value: base}}
+        - name: POD_NAME
+          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
+        ports: [{{name: http, containerPort: 8080}}]
+        readinessProbe: {{httpGet: {{path: /, port: http}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{name: http, port: 80, targetPort: http}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  host: web
+  subsets: [{{name: shared, labels: {{version: shared}}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  hosts: [web]
+  http: [{{name: default, route: [{{destination: {{host: web, subset: shared}}}}]}}]
+---
+apiVersion: wasmop.dev/v1alpha1
+kind: DynamicEnv
+metadata: {{name: jason, namespace: {ns}}}
+spec:
+  istioMatches: [{{headers: {{end-user: {{exact: jason}}}}}}]
+  subsets:
+  - name: web
+    namespace: {ns}
+    containers:
+    - containerName: web
+      image: wasmop-test-backend:{CLONE_TAG}
+      env: [{{name: BACKEND_MESSAGE, value: clone}}]
+"#
+        );
+        let file = dump_dir().join(format!("{ns}-dynamicenv.yaml"));
+        std::fs::write(&file, manifest).unwrap();
+        kubectl_ok(&["apply", "-f", &file.to_string_lossy()]);
+
+        let des: Api<wasmop_api::dynamicenv::DynamicEnv> = Api::namespaced(client.clone(), &ns);
+        eventually("DynamicEnv jason ready", TIMEOUT, async || {
+            let de = des.get("jason").await.ok()?;
+            let state = serde_json::to_value(de.status?).ok()?["state"]
+                .as_str()?
+                .to_owned();
+            (state == "ready").then_some(())
+        })
+        .await;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        let clones = deployments
+            .list(&ListParams::default().labels("dynamic-env=true"))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(clones.len(), 1, "one clone");
+        let selector = clones[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .selector
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let clone = ready_pods(&pods, &selector, 1).await.remove(0);
+        let name = clone.metadata.name.clone().unwrap();
+        assert_eq!(
+            clone.spec.as_ref().unwrap().node_name.as_deref(),
+            Some(NODE)
+        );
+        let status = &clone
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(
+            status.image,
+            format!("docker.io/library/wasmop-test-backend:{CLONE_TAG}")
+        );
+        // The clone's process answers with the overridden env, from its pod address.
+        let ip = clone
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap();
+        let (code, body) = eventually("the clone to answer", TIMEOUT, async || {
+            http_get(&format!("{ip}:8080"), "/")
+        })
+        .await;
+        assert_eq!((code, body.trim()), (200, format!("{name} clone").as_str()));
+
+        kubectl_ok(&["delete", "dynamicenv", "jason", "-n", &ns, "--wait=true"]);
+        release.uninstall();
     })
     .await;
 }
