@@ -11,7 +11,7 @@
 #
 #   host  $LINK_HOST_IP/30  (socat: $LINK_HOST_IP:<apiserver port> -> 127.0.0.1:<apiserver port>)
 #    |  veth $HOST_LINK <-> $NODE_LINK
-#   node  $NODE_IP/30, bridge $BRIDGE $BRIDGE_IP/24, pods in $NODE_POD_CIDR
+#   node  $NODE_IP/30, bridge $BRIDGE (the first address of $NODE_POD_CIDR), pods in $NODE_POD_CIDR
 #
 # The node is tainted wasmop.dev/real-node=true:NoSchedule and labelled wasmop.dev/real-node=true:
 # only pods that tolerate and select it run there; everything else stays on kwok's nodes.
@@ -41,8 +41,8 @@ SAVED_SYSCTLS=$NODE_DIR/host-sysctls
 CNI_NETWORK=wasmop-node-$PORT_OFFSET
 PAUSE_IMAGE=docker.io/library/wasmop-pause:$K8S_VERSION
 NODE_TAINT=wasmop.dev/real-node
-# Set by kubelet at start (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables):
-# recorded before, restored once the node is Ready and on `down`.
+# Set by kubelet at start (its kernel tunables): recorded before, restored once the node is
+# Ready and on `down`.
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
@@ -209,7 +209,7 @@ EOF
 }
 EOF
   # Eviction thresholds and image GC are off: this node shares a developer's disk and memory,
-  # and the sandbox image can be imported only (pkg/kubelet/images keeps no image pinned here).
+  # and images, the sandbox image included, can only be imported, never pulled again.
   write_if_changed "$NODE_DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -398,7 +398,7 @@ remove_host_leftovers() {
   local id
   for id in "$@"; do
     rm -f "/var/lib/cni/results/cni-loopback-$id-lo"
-    # A killed shim leaves its socket, named as containerd's runtime/v2/shim SocketAddress does.
+    # A killed shim leaves its socket, named by the hash of containerd's socket, namespace and id.
     rm -f "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/k8s.io/$id" | sha256sum | cut -d' ' -f1)"
   done
   rm -f "/var/lib/cni/results/$CNI_NETWORK-"*
