@@ -367,7 +367,7 @@ cgroup_pids() {
   local dir
   for dir in /sys/fs/cgroup/*"$CGROUP_ROOT" /sys/fs/cgroup"$CGROUP_ROOT"; do
     [[ -d $dir ]] || continue
-    find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null
+    find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null || true
   done | sort -u
 }
 
@@ -419,9 +419,22 @@ pod_netns() {
   [[ -S $CONTAINERD_SOCK ]] || return 0
   local id
   for id in $(ctr_node containers ls -q 2>/dev/null); do
+    # A container shares its sandbox's namespace and names none: grep finds nothing there.
     ctr_node containers info "$id" 2>/dev/null |
-      grep -o '"path": *"/var/run/netns/cni-[^"]*"' | sed 's/.*"\(\/var[^"]*\)"/\1/'
+      grep -o '"path": *"/var/run/netns/cni-[^"]*"' | sed 's/.*"\(\/var[^"]*\)"/\1/' || true
   done | sort -u
+}
+
+# netns_of_pids PID...: the pod network namespaces (/run/netns/cni-...) one of PIDS is in.
+netns_of_pids() {
+  local pid file inodes=" "
+  for pid in "$@"; do
+    inodes+="$(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null || true) "
+  done
+  for file in /run/netns/cni-*; do
+    [[ -e $file && $inodes == *" $(stat -L -c %i "$file" 2>/dev/null || true) "* ]] && echo "$file"
+  done
+  return 0
 }
 
 # umount_under DIR: unmounts every mount point below DIR, deepest first.
@@ -442,7 +455,8 @@ node_down() {
     in_node "$BIN/kube-proxy" --cleanup >>"$LOGS/kube-proxy.log" 2>&1 || true
   fi
   stop kubelet
-  mapfile -t netns < <(pod_netns)
+  # The sandboxes' namespaces, as containerd names them and as the node's processes hold them.
+  mapfile -t netns < <(pod_netns; netns_of_pids $(cgroup_pids))
   [[ -S $CONTAINERD_SOCK ]] && mapfile -t ids < <(ctr_node containers ls -q 2>/dev/null)
   stop containerd
   # Containers and sandboxes, then the shims that ran them.
@@ -453,7 +467,7 @@ node_down() {
     sleep 0.1
   done
   ((${#pids[@]} == 0)) || log "processes left in $CGROUP_ROOT: ${pids[*]}"
-  for i in "${netns[@]}"; do
+  for i in $(printf '%s\n' "${netns[@]}" | sed 's|^/var/run/|/run/|' | sort -u); do
     umount "$i" 2>/dev/null || true
     rm -f "$i"
   done
