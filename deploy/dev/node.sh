@@ -114,7 +114,9 @@ ensure_node_pki() {
   (
     cd "$PKI" || exit 1
     [[ -f kubelet.crt ]] || issue ca kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
-    [[ -f kubelet-serving.crt ]] ||
+    # Issued again when the node's address changed (another WASMOP_DEV_PORT_OFFSET).
+    openssl x509 -in kubelet-serving.crt -noout -ext subjectAltName 2>/dev/null |
+      grep -q "IP Address:$NODE_IP\b" ||
       issue ca kubelet-serving "/CN=$NODE_NAME" serverAuth "IP:$NODE_IP,DNS:$NODE_NAME"
     [[ -f kube-proxy.crt ]] || issue ca kube-proxy "/CN=system:kube-proxy" clientAuth
     [[ -f kube-apiserver-kubelet-client.crt ]] ||
