@@ -3,9 +3,11 @@
 #   all   setup, lint, then every test against the local control plane (default)
 #   lint  cargo fmt --check, clippy, rustdoc links, cargo deny (licenses, bans, sources)
 #   unit  the tests that need nothing but cargo (`cargo test`)
-#   e2e   the `#[ignore]`d tests: control plane, moto, Prometheus, helm, plugin toolchains
+#   e2e   the `#[ignore]`d tests: control plane (with its real node), moto, Prometheus, helm,
+#         plugin toolchains
 # The control plane is started when a tier needs it and is not running, and stopped again
-# afterwards.
+# afterwards. The e2e tiers first build the wasmop image that the real node's tests install
+# (scripts/build-image.sh: a release build, then the OCI tar).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -55,6 +57,12 @@ lint() {
   "$CARGO_DENY" --offline check --hide-inclusion-graph licenses bans sources
 }
 
+# The image tests/e2e_real_node.rs installs with helm on the real node.
+build_image() {
+  step "scripts/build-image.sh wasmop (the image of the real node's e2e tests)"
+  "$root/scripts/build-image.sh" wasmop --tag e2e --out "$CARGO_TARGET_DIR/e2e-image/wasmop.tar"
+}
+
 # Starts the control plane unless it runs, and exports KUBECONFIG and PATH for it.
 with_cluster() {
   cluster="$root/deploy/dev/cluster.sh"
@@ -93,12 +101,14 @@ unit)
   cargo test --workspace --locked --no-fail-fast
   ;;
 e2e)
+  build_image
   with_cluster
   step "cargo test --workspace -- --ignored (e2e tier)"
   cargo test --workspace --locked --no-fail-fast -- --ignored --test-threads=2
   ;;
 all)
   lint
+  build_image
   with_cluster
   step "cargo test --workspace -- --include-ignored (every tier)"
   cargo test --workspace --locked --no-fail-fast -- --include-ignored --test-threads=2

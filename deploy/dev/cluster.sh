@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Runs a local Kubernetes control plane for tests, without containers: etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler, and kwok, which
-# simulates the nodes and the pods scheduled onto them (pods become Running and
-# Ready, nothing is actually run). Istio's CRDs are installed. Every process
-# listens on 127.0.0.1 only.
+# Runs a local Kubernetes control plane for tests: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, and kwok, which simulates nodes and
+# the pods scheduled onto them (pods become Running and Ready, nothing is
+# actually run), plus one real node, `wasmop-node`, whose kubelet runs pods in
+# containers (containerd, runc, a CNI bridge, kube-proxy; see node.sh). Istio's
+# CRDs are installed. The control plane listens on 127.0.0.1; the real node
+# lives in a network namespace of its own, linked to the host by a veth pair.
 #
-# Usage: cluster.sh up|down|env|status|logs
+# Usage: cluster.sh up|down|env|status|logs|import TAR
 #   up      start whatever is not running, wait until the cluster is usable, and
 #           print the admin kubeconfig path as the last line of stdout
 #           (progress goes to stderr). Does nothing more if the cluster is up.
 #   down    stop every process `up` started and delete the etcd data, so the
-#           next `up` starts an empty cluster. Certificates, kubeconfigs and
-#           logs are kept; the logs are cleared when the next `up` starts.
+#           next `up` starts an empty cluster; remove every container, mount,
+#           cgroup, network namespace and link of the real node, and restore the
+#           sysctls its kubelet set. Certificates, kubeconfigs and logs are
+#           kept; the logs are cleared when the next `up` starts.
 #   env     print export lines for KUBECONFIG and PATH: eval "$(cluster.sh env)"
 #   status  print whether each component runs; exit 1 if any does not
 #   logs    print the folder holding every log, audit.log included
+#   import  load an image tar (OCI layout, e.g. from scripts/build-image.sh) into
+#           the real node's containerd
 #
 # Environment:
 #   WASMOP_DEV_DIR    state (pki/, etcd/, pids/, logs/, kubeconfigs),
 #                     default ~/.cache/wasmop/dev-cluster
 #   WASMOP_CACHE      where install.sh puts the binaries, default ~/.cache/wasmop
-#   WASMOP_DEV_NODES  number of fake nodes, default 2
+#   WASMOP_DEV_NODES  number of kwok nodes, default 2 (0: the real node only)
 #   WASMOP_DEV_PORT_OFFSET  added to every port below (default 0), to run a
 #                     second cluster beside the first with its own WASMOP_DEV_DIR
-#                     (use a multiple of 1000)
+#                     (use a multiple of 1000: offset/1000 also numbers the real
+#                     node's namespace, links and subnets)
 #
 # Ports on 127.0.0.1: etcd 23790 (client) and 23800 (peer), kube-apiserver
-# 16443, kube-controller-manager 16257, kube-scheduler 16259, kwok 16247.
+# 16443, kube-controller-manager 16257, kube-scheduler 16259, kwok 16247. The
+# API server is also relayed on the host end of the node's link (node.sh).
+# In the node's namespace: kubelet 10250 (10248 healthz), kube-proxy 10256
+# (healthz) and 10249 (metrics).
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=install.sh
@@ -53,7 +63,11 @@ SERVICE_IP=10.96.0.1 # first address of SERVICE_CIDR: the `kubernetes` Service
 POD_CIDR=10.244.0.0/16
 STARTUP_TIMEOUT=120
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# shellcheck source-path=SCRIPTDIR source=node.sh
+source "$DEV_DIR/node.sh"
+
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok
+  apiserver-relay "${NODE_COMPONENTS[@]}")
 
 log() { echo "cluster.sh: $*" >&2; }
 
@@ -75,23 +89,34 @@ lock() {
 
 # --- processes ---------------------------------------------------------------
 
+# binary_of prints the executable of component $1.
+binary_of() {
+  case $1 in
+    containerd) echo /usr/bin/containerd ;;
+    apiserver-relay) echo /usr/bin/socat ;;
+    *) echo "$BIN/$1" ;;
+  esac
+}
+
 # pid_of prints the pid of component $1 if it is running.
 pid_of() {
   local pid
   pid=$(cat "$PIDS/$1.pid" 2>/dev/null) || return 1
   # The command line check guards against a recycled pid.
-  [[ $(ps -o args= -p "$pid" 2>/dev/null) == "$BIN/$1 "* ]] || return 1
+  [[ $(ps -o args= -p "$pid" 2>/dev/null) == "$(binary_of "$1") "* ]] || return 1
   echo "$pid"
 }
 
 # start runs component $1 with arguments $2... in the background unless it
-# already runs. Its output goes to logs/$1.log.
+# already runs; a component of the real node runs in the node's network
+# namespace. Its output goes to logs/$1.log.
 start() {
-  local name=$1
+  local name=$1 launch=()
   shift
   pid_of "$name" >/dev/null && return
   log "starting $name"
-  setsid "$BIN/$name" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
+  [[ " ${NODE_COMPONENTS[*]} " == *" $name "* ]] && launch=(nsenter --net="/run/netns/$NODE_NETNS")
+  setsid "${launch[@]}" "$(binary_of "$name")" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
   local pid=$!
   echo "$pid" >"$PIDS/$name.pid"
   # Until the forked shell has exec'd the binary, its command line is not yet the binary's,
@@ -283,15 +308,14 @@ start_etcd() {
 }
 
 start_apiserver() {
-  # The `kubernetes` Service gets no endpoints (--endpoint-reconciler-type=none):
-  # its only address would be 127.0.0.1, which endpoints may not hold.
-  # Kubelet endpoints of the fake nodes are kwok's server on 127.0.0.1.
+  # The `kubernetes` Service's endpoint is the relay on the host end of the real
+  # node's link (node.sh), which pods reach. Kubelet endpoints of the fake nodes
+  # are kwok's server on 127.0.0.1, the real node's its kubelet.
   start kube-apiserver \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
+    --advertise-address="$LINK_HOST_IP" \
     --secure-port="$APISERVER_PORT" \
-    --endpoint-reconciler-type=none \
     --tls-cert-file="$PKI/kube-apiserver.crt" \
     --tls-private-key-file="$PKI/kube-apiserver.key" \
     --client-ca-file="$PKI/ca.crt" \
@@ -311,6 +335,8 @@ start_apiserver() {
     --service-account-signing-key-file="$PKI/sa.key" \
     --kubelet-preferred-address-types=InternalIP \
     --kubelet-certificate-authority="$PKI/ca.crt" \
+    --kubelet-client-certificate="$PKI/kube-apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$PKI/kube-apiserver-kubelet-client.key" \
     --audit-policy-file="$STATE/audit-policy.yaml" \
     --audit-log-path="$LOGS/audit.log"
 }
@@ -409,14 +435,17 @@ cmd_up() {
     rm -f "$LOGS"/*.log
   fi
   ensure_pki
+  ensure_node_pki
   for name in admin kube-controller-manager kube-scheduler kwok; do
     write_kubeconfig "$name"
   done
   write_audit_policy
+  node_network_up
 
   start_etcd
   wait_until "$STARTUP_TIMEOUT" "etcd to be healthy" etcd_healthy
   start_apiserver
+  start_apiserver_relay
   wait_until "$STARTUP_TIMEOUT" "kube-apiserver /readyz" apiserver_ready
   start_controller_manager
   start_scheduler
@@ -425,9 +454,12 @@ cmd_up() {
   wait_until "$STARTUP_TIMEOUT" "kube-scheduler /healthz" healthz_ok "$SCHEDULER_PORT"
   wait_until "$STARTUP_TIMEOUT" "kwok /healthz" healthz_ok "$KWOK_PORT"
 
-  log "creating $NODES fake nodes"
-  fake_nodes | kubectl_admin apply --server-side --field-manager=wasmop-dev -f - >&2
-  wait_until "$STARTUP_TIMEOUT" "$NODES kwok nodes to be Ready and untainted" nodes_ready
+  if ((NODES > 0)); then
+    log "creating $NODES fake nodes"
+    fake_nodes | kubectl_admin apply --server-side --field-manager=wasmop-dev -f - >&2
+    wait_until "$STARTUP_TIMEOUT" "$NODES kwok nodes to be Ready and untainted" nodes_ready
+  fi
+  node_up
   wait_until "$STARTUP_TIMEOUT" "the default ServiceAccount" kubectl_admin get serviceaccount default -n default
 
   log "installing Istio CRDs ($ISTIO_API_VERSION)"
@@ -442,6 +474,7 @@ cmd_up() {
 cmd_down() {
   lock
   local i
+  node_down
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     stop "${COMPONENTS[i]}"
   done
@@ -465,6 +498,18 @@ cmd_status() {
       failed=1
     fi
   done
+  if [[ -e /run/netns/$NODE_NETNS ]]; then
+    echo "node network: namespace $NODE_NETNS, link $HOST_LINK $LINK_HOST_IP <-> $NODE_IP, pods $NODE_POD_CIDR"
+  else
+    echo "node network: absent"
+    failed=1
+  fi
+  if pid_of kube-apiserver >/dev/null && node_ready 2>/dev/null; then
+    echo "node $NODE_NAME: Ready"
+  else
+    echo "node $NODE_NAME: not Ready"
+    failed=1
+  fi
   return "$failed"
 }
 
@@ -475,8 +520,12 @@ main() {
     env) cmd_env ;;
     status) cmd_status ;;
     logs) echo "$LOGS" ;;
+    import)
+      [[ -f ${2:-} ]] || die "usage: $0 import TAR"
+      import_image "$2"
+      ;;
     *)
-      echo "usage: $0 up|down|env|status|logs" >&2
+      echo "usage: $0 up|down|env|status|logs|import TAR" >&2
       exit 2
       ;;
   esac

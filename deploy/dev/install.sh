@@ -2,6 +2,7 @@
 # Installs what the local control plane (cluster.sh) runs, built from the Go
 # module in deploy/dev/go, into ${WASMOP_CACHE:-~/.cache/wasmop}/k8s-<version>:
 #   bin/            etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
+#                   kubelet kube-proxy (the real node), pause (its sandbox image's program)
 #   kwok-stages-<kwok version>.yaml   kwok's default node and pod lifecycle stages
 #   istio-crds-<istio api version>.yaml   Istio's CustomResourceDefinitions
 # Idempotent: only missing pieces are built or fetched, and it is silent when
@@ -27,7 +28,7 @@ BIN=$CACHE/bin
 KWOK_STAGES=$CACHE/kwok-stages-$KWOK_VERSION.yaml
 ISTIO_CRDS=$CACHE/istio-crds-$ISTIO_API_VERSION.yaml
 
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kubelet kube-proxy)
 PACKAGES=(
   ./cmd/etcd
   k8s.io/kubernetes/cmd/kube-apiserver
@@ -35,6 +36,8 @@ PACKAGES=(
   k8s.io/kubernetes/cmd/kube-scheduler
   k8s.io/kubernetes/cmd/kubectl
   sigs.k8s.io/kwok/cmd/kwok
+  k8s.io/kubernetes/cmd/kubelet
+  k8s.io/kubernetes/cmd/kube-proxy
 )
 
 log() { echo "install.sh: $*" >&2; }
@@ -60,6 +63,15 @@ install_binaries() {
     (cd "$GO_MOD_DIR" && go build -trimpath -ldflags "$(version_ldflags)" -o "$BIN/" "${PACKAGES[@]}")
     return
   done
+}
+
+# install_pause builds the program of the real node's sandbox (pause) image: static (no cgo), it
+# only waits for SIGTERM or SIGINT.
+install_pause() {
+  [[ -x $BIN/pause ]] && return
+  log "building pause into $BIN"
+  mkdir -p "$BIN"
+  (cd "$GO_MOD_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/pause" ./cmd/pause)
 }
 
 # module_dir prints where the Go module cache holds module $1 (downloading it if needed).
@@ -99,6 +111,7 @@ install_istio_crds() {
 
 install_all() {
   install_binaries
+  install_pause
   install_kwok_stages
   install_istio_crds
 }

@@ -1,0 +1,3 @@
+module wasmop.dev/testbackend
+
+go 1.26.0
