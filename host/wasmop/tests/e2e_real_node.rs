@@ -113,7 +113,6 @@ impl Release {
             chart.to_str().unwrap(),
             "-n",
             ns,
-            "--skip-crds",
             "-f",
             values.to_str().unwrap(),
         ];
@@ -135,7 +134,6 @@ impl Release {
             chart.to_str().unwrap(),
             "-n",
             &self.ns,
-            "--skip-crds",
             "-f",
             values.to_str().unwrap(),
         ];
@@ -171,7 +169,8 @@ impl Drop for Release {
 
 /// Values that put the release's pods on the real node and keep it to the test's namespace:
 /// the operator watches only there, and the cluster-wide admission policies and aggregated
-/// user roles, which would judge other tests' objects, are left out.
+/// user roles, which would judge other tests' objects, are left out, as are the CRDs, which
+/// other tests share (`install_crds` applies them).
 fn values(ns: &str, release: &str) -> PathBuf {
     let placement = format!(
         "nodeSelector: {{kubernetes.io/hostname: {NODE}}}\n  \
@@ -181,6 +180,7 @@ fn values(ns: &str, release: &str) -> PathBuf {
         "image: {{repository: wasmop, tag: {IMAGE_TAG}, pullPolicy: Never}}\n\
          operator:\n  watchNamespace: {ns}\n  {placement}\n\
          resolver:\n  {placement}\n\
+         crds: {{install: false}}\n\
          admissionPolicy: {{enabled: false}}\n\
          rbac: {{aggregateToDefaultRoles: false}}\n"
     );
@@ -431,9 +431,8 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
         }
 
         // Uninstall: nothing the chart made is left, in any namespace (its Role for Events in
-        // `default` too) or cluster-wide, and the pods are gone; the CRDs stay (helm never
-        // deletes them), and so does the DR Lease, which the operator made at run time
-        // (docs/install.md, "Uninstall").
+        // `default` too) or cluster-wide, the DR Lease included (the release makes it, the
+        // replicas only write it), and the pods are gone; the CRDs stay (helm keeps them).
         release.uninstall();
         let uninstalled = Instant::now();
         eventually("the release's pods to be gone", TIMEOUT, async || {
@@ -457,7 +456,7 @@ async fn the_chart_installs_runs_fails_over_upgrades_and_uninstalls_on_the_real_
         let named: Vec<&str> = named.lines().filter(|l| l.contains("wasmop")).collect();
         assert_eq!(
             format!("{labelled}{cluster_wide}{}", named.join("\n")).trim(),
-            "lease.coordination.k8s.io/wasmop",
+            "",
             "left behind by helm uninstall"
         );
         kubectl_ok(&["get", "crd", "dynamicenvs.wasmop.dev", "elasticservices.wasmop.dev"]);
