@@ -38,7 +38,7 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     #[command(flatten)]
-    Plugin(PluginCommand),
+    Plugin(Box<PluginCommand>),
     /// Print the shell completion script for SHELL on stdout, e.g. `source <(wasmop-plugin
     /// completion bash)`.
     Completion {
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
-        Command::Plugin(command) => command,
+        Command::Plugin(command) => *command,
     };
     let default_log = "warn";
     let log = cli.log.as_deref().unwrap_or(default_log);
