@@ -10,13 +10,15 @@
 //!   computed for a whole epoch tick (see [`Plugin`]'s `call_in_store`), and fails alone with a
 //!   [`CallError`] that names the plugin, the hook and the cause.
 //! - [`registry`] turns the `wasmop-plugins` ConfigMap into loaded plugins and swaps them in.
+//! - [`route_checks`]: what the host checks in a router's answer (the routing controller and
+//!   `wasmop plugin test` run it).
 //!
 //! Modules, leaves first: `epoch` (the ticker), [`bindings`] (the worlds of
 //! `plugins/sdk/wit/plugin.wit`), `spec` (what a registry entry says), `error`, [`http_pool`], [`data_root`] (where
 //! `grants.readOnlyDir` may point), [`sandbox`] (a call's store:
 //! limits, WASI, `wasi:http` grants), [`cache`], [`metrics`], `world` (a component's typed
 //! pre-instance), `runtime` ([`PluginRuntime`]), [`builtin`], `plugin` ([`Plugin`] and its
-//! calls), [`registry`]. None imports one after it.
+//! calls), [`registry`], [`route_checks`]. None imports one after it.
 //!
 //! The shape follows Kubewarden's policy-server and wasmtime's embedding guidance
 //! (docs/architecture.md): compile once per digest, one pre-instance per digest, a fresh
@@ -35,6 +37,7 @@ pub mod metrics;
 pub mod oci;
 mod plugin;
 pub mod registry;
+pub mod route_checks;
 mod runtime;
 pub mod sandbox;
 mod spec;

@@ -2,7 +2,7 @@
 //! `completion`.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use wasmop_controllers::routing::{self, OutputFormat, Router, WasmRouter};
 use wasmop_plugin_host::{Grants, Hook, Limits, PluginRuntime, RuntimeOptions};
 
-use crate::plugin_tools::{self, PluginCommand};
+use wasmop_plugin_tools::PluginCommand;
 
 /// Kubernetes operator whose policy decisions are made by sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -57,7 +57,7 @@ pub(crate) enum Command {
     Plan(PlanOptions),
     /// Rewrite Riskified DynamicEnv and KubeElasti ElastiService manifests for wasmop.
     Migrate(crate::migrate::MigrateOptions),
-    /// Tools for plugin authors.
+    /// Tools for plugin authors (also the `wasmop-plugin` binary).
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Print the shell completion script for SHELL on stdout, e.g. `wasmop completion bash >
@@ -170,7 +170,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             crate::migrate::migrate(&opts)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin(command) => plugin_tools::run(command).await,
+        Command::Plugin(command) => wasmop_plugin_tools::run(command).await,
         Command::Completion { shell } => {
             use clap::CommandFactory as _;
             clap_complete::generate(shell, &mut Cli::command(), "wasmop", &mut std::io::stdout());
@@ -188,12 +188,12 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 /// registry, or an entry of the chain that cannot be used, with why).
 async fn plan(opts: PlanOptions) -> anyhow::Result<ExitCode> {
     let router: Arc<dyn Router> = match &opts.registry {
-        Some(file) => plugin_tools::registry_router(file, opts.entry.as_deref()).await?,
+        Some(file) => registry_router(file, opts.entry.as_deref()).await?,
         None => {
             let runtime = PluginRuntime::new(RuntimeOptions::default())?;
             let settings =
                 serde_json::from_str(&opts.settings).context("--settings is not valid JSON")?;
-            let plugin = plugin_tools::load_for_cli(
+            let plugin = wasmop_plugin_tools::load_for_cli(
                 &runtime,
                 Hook::Routing,
                 &opts.plugin,
@@ -209,6 +209,22 @@ async fn plan(opts: PlanOptions) -> anyhow::Result<ExitCode> {
         routing::plan_dir(&opts.dir, &router, &opts.routing.plan_config(), opts.output).await?;
     std::io::stdout().write_all(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The router of `wasmop plan --registry FILE [--entry NAME]`: the registry of `file` (read as
+/// `plugin check-registry` reads it) loaded as the operator loads it, and the routing entry
+/// `entry` (else the routing default) after the entries it builds on (`after:`).
+///
+/// # Errors
+/// The file cannot be read, its registry is invalid, or an entry of the chain cannot be used
+/// (unknown, of another hook, failed to load: with its error).
+async fn registry_router(file: &Path, entry: Option<&str>) -> anyhow::Result<Arc<dyn Router>> {
+    let shown = file.display();
+    let registry = wasmop_plugin_tools::load_registry_file(file).await?;
+    let chain = registry
+        .resolve_chain(Hook::Routing, entry)
+        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    routing::wasm_chain(chain).ok_or_else(|| anyhow::anyhow!("{shown}: no routing plugin"))
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub(crate) struct RunOptions {
     /// refused). The chart mounts a volume there.
     #[arg(long, env = "WASMOP_PLUGIN_DATA_ROOT", value_name = "DIR",
           default_value = wasmop_plugin_host::DEFAULT_PLUGIN_DATA_ROOT,
-          value_parser = crate::plugin_tools::parse_data_root)]
+          value_parser = wasmop_plugin_tools::parse_data_root)]
     pub plugin_data_root: wasmop_plugin_host::DataRoot,
     /// Wall clock a plugin compile may take: past it the entry fails to load ("too large or too
     /// complex to compile here") and the compile is dropped once it ends. Accepts `90s`, `2m`.

@@ -1,6 +1,6 @@
 //! Plugin conformance: every example plugin (examples/plugins, five languages) and every default
 //! plugin (plugins/*) passes `wasmop plugin test`, the conformance suite plugin authors run
-//! (host/wasmop/src/conformance.rs), and makes real decisions through the host under the
+//! (host/plugin-tools/src/conformance.rs), and makes real decisions through the host under the
 //! production limits (the defaults of `limits:`: 64 MiB, 250 ms, 1 MiB of output).
 //!
 //! The examples are built by examples/plugins/build.sh into `<target>/example-plugins` (rebuilt

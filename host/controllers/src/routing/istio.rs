@@ -123,26 +123,8 @@ pub struct DestinationRuleSubset {
 
 istio_resource!(DestinationRule, "DestinationRule", "destinationrules");
 
-/// The Service `(namespace, name)` host `host` names when written in namespace `written_in`,
-/// if it names one: a short name in the namespace it is written in (as Istio resolves short
-/// names), or `name.ns`, `name.ns.svc`, `name.ns.svc.cluster.local`; wildcards and external
-/// hosts name none.
-pub(crate) fn service_of_host(host: &str, written_in: &str) -> Option<(String, String)> {
-    if host.contains('*') || host.is_empty() {
-        return None;
-    }
-    let host = host
-        .strip_suffix(".svc.cluster.local")
-        .or_else(|| host.strip_suffix(".svc"))
-        .unwrap_or(host);
-    match host.split_once('.') {
-        None => Some((written_in.to_owned(), host.to_owned())),
-        Some((name, ns)) if !ns.contains('.') && !name.is_empty() && !ns.is_empty() => {
-            Some((ns.to_owned(), name.to_owned()))
-        }
-        _ => None,
-    }
-}
+// Host names and route names as the route checks read them: one copy of the rules.
+pub(crate) use wasmop_plugin_host::route_checks::{route_name, service_of_host};
 
 /// A route's `delegate` as `(namespace, name)`; the namespace defaults to `vs_ns`.
 pub(crate) fn delegate_of(route: &Value, vs_ns: &str) -> Option<(String, String)> {
@@ -157,41 +139,10 @@ pub(crate) fn delegate_of(route: &Value, vs_ns: &str) -> Option<(String, String)
     Some((ns, name))
 }
 
-/// A route's `name`, if it has one.
-pub(crate) fn route_name(route: &Value) -> Option<&str> {
-    route.get("name").and_then(Value::as_str)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn hosts_name_services_as_istio_resolves_them() {
-        let reviews = Some(("default".to_owned(), "reviews".to_owned()));
-        assert_eq!(service_of_host("reviews", "default"), reviews);
-        assert_ne!(service_of_host("reviews", "other"), reviews);
-        for h in [
-            "reviews.default",
-            "reviews.default.svc",
-            "reviews.default.svc.cluster.local",
-        ] {
-            assert_eq!(
-                service_of_host(h, "other"),
-                Some(("default".into(), "reviews".into()))
-            );
-        }
-        for h in ["reviews-v2", "reviews.other", "reviews.default.svc.cluster"] {
-            assert_ne!(service_of_host(h, "default"), reviews, "{h}");
-        }
-        assert_eq!(
-            service_of_host("reviews", "ns"),
-            Some(("ns".into(), "reviews".into()))
-        );
-        assert_eq!(service_of_host("*.example.com", "ns"), None);
-        assert_eq!(service_of_host("api.example.com", "ns"), None);
-    }
 
     #[test]
     fn objects_round_trip_without_losing_fields() {

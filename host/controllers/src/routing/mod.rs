@@ -11,7 +11,8 @@
 //! - [`plan`](mod@plan): `plan(snapshot, router) -> Plan`, pure apart from the router calls; the
 //!   controller and `wasmop plan` run the same function.
 //! - [`ir`]: the dumpable intermediate representation.
-//! - [`answer`]: what the host checks in a router's answer (also run by `wasmop plugin test`).
+//! - [`answer`]: what the host checks in a router's answer (`wasmop_plugin_host::route_checks`,
+//!   also run by `wasmop plugin test`).
 //! - [`names`], [`clone`], [`istio`]: generated names, the clone Deployments, Istio's types;
 //!   [`gohash`]: the status `hash` as upstream computes it.
 //! - [`router`]: the router behind a small trait (wasm component, native library, stand-in).

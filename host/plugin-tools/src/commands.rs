@@ -1,7 +1,7 @@
-//! `wasmop plugin new|check|check-registry|run|test|scaffold|push|pull`: the tools of plugin
-//! authors, which write a plugin to start from ([`crate::plugin_new`]), load a component as the
-//! operator would, without a cluster, run the hook's conformance suite on it
-//! ([`crate::conformance`]), and move it to and from an OCI registry.
+//! `wasmop plugin new|check|check-registry|run|test|scaffold|push|pull` (and `wasmop-plugin …`):
+//! the tools of plugin authors, which write a plugin to start from ([`crate::plugin_new`]), load
+//! a component as the operator would, without a cluster, run the hook's conformance suite on it
+//! (src/conformance.rs), and move it to and from an OCI registry.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,7 +20,7 @@ use wasmop_plugin_host::{
 
 /// `wasmop plugin …`
 #[derive(Debug, Subcommand)]
-pub(crate) enum PluginCommand {
+pub enum PluginCommand {
     /// Write a plugin to start from into DIR: for the hook, in the language, with a build
     /// script and a README of the commands to build, check and register it; it passes `plugin
     /// check` and `plugin test` as written (docs/plugins.md, "The author's path").
@@ -146,7 +146,7 @@ pub(crate) enum PluginCommand {
 
 /// `wasmop plugin scaffold …`
 #[derive(Debug, Subcommand)]
-pub(crate) enum ScaffoldCommand {
+pub enum ScaffoldCommand {
     /// Print a realistic request of the hook as `plugin run --input` and fixtures take it (the
     /// WIT JSON form), to edit into your own.
     Request {
@@ -158,7 +158,7 @@ pub(crate) enum ScaffoldCommand {
 
 /// The output of `plugin check` and `check-registry` (`-o`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Report {
+pub enum Report {
     /// Lines for people.
     Text,
     /// One JSON object, for scripts.
@@ -167,7 +167,7 @@ pub(crate) enum Report {
 
 /// How `plugin push` and `plugin pull` reach a registry.
 #[derive(Debug, clap::Args)]
-pub(crate) struct RegistryOptions {
+pub struct RegistryOptions {
     /// Plain HTTP instead of HTTPS, as an entry's `insecure: true`: for a registry on loopback
     /// (`localhost`, 127.0.0.0/8, `[::1]`) only.
     #[arg(long)]
@@ -309,7 +309,7 @@ async fn plugin_pull(
 /// and `wasmop plugin run`: the defaults are the production limits and no grants, as for an
 /// entry that sets none.
 #[derive(Debug, clap::Args)]
-pub(crate) struct EntryOptions {
+pub struct EntryOptions {
     /// Let the plugin reach HOST (any port) or HOST:PORT over `wasi:http`, as an entry's
     /// `grants.allowedHosts`; repeat for more hosts. Without it every request is denied.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
@@ -341,7 +341,7 @@ pub(crate) struct EntryOptions {
     /// Wall clock the component's compile may take, as `wasmop run --compile-timeout`: past it
     /// the plugin does not load. Accepts `90s`, `2m`.
     #[arg(long, env = "WASMOP_COMPILE_TIMEOUT", value_name = "DURATION", default_value = "60s",
-          value_parser = wasmop_resolver::parse_duration)]
+          value_parser = parse_duration)]
     pub compile_timeout: std::time::Duration,
 }
 
@@ -441,7 +441,7 @@ impl EntryOptions {
 ///
 /// # Errors
 /// An input that cannot be read or parsed; a plugin that fails is an exit code, not an error.
-pub(crate) async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
     match command {
         PluginCommand::New(opts) => {
             crate::plugin_new::plugin_new(&opts)?;
@@ -561,8 +561,24 @@ async fn plugin_test(
 ///
 /// # Errors
 /// [`DataRoot::new`]'s message.
-pub(crate) fn parse_data_root(root: &str) -> Result<DataRoot, String> {
+pub fn parse_data_root(root: &str) -> Result<DataRoot, String> {
     DataRoot::new(root)
+}
+
+/// A duration as `wasmop run` takes it (`--compile-timeout`): `2s`, `500ms`, `1m30s` or
+/// ISO 8601 `PT2S`; a bare number is seconds.
+///
+/// # Errors
+/// Not a duration, or negative.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let d: jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{s}` is not a duration such as 2s, 500ms or 1m30s: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("`{s}` is negative"))
 }
 
 fn settings_value(settings: &str) -> anyhow::Result<serde_json::Value> {
@@ -658,7 +674,7 @@ async fn plugin_check(
 
 /// The most a ConfigMap may hold, `data` and `binaryData` values together, in bytes: the API
 /// server refuses a larger one (`core.MaxSecretSize`, 1 MiB).
-pub(crate) const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
+pub const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
 
 /// One entry's verdict in `plugin check-registry`.
 struct EntryVerdict {
@@ -803,17 +819,15 @@ async fn plugin_check_registry(
     })
 }
 
-/// The router of `wasmop plan --registry FILE [--entry NAME]`: the registry of `file` (read as
-/// `plugin check-registry` reads it) loaded as the operator loads it, and the routing entry
-/// `entry` (else the routing default) after the entries it builds on (`after:`).
+/// The registry of `file` (read as `plugin check-registry` reads it: a `plugins.yaml`, or YAML
+/// holding ConfigMap `wasmop-plugins` and the ConfigMaps its `configmap://` sources name)
+/// loaded as the operator loads it, with the default runtime options; an entry that fails to
+/// load is left out, as the operator leaves it out (`wasmop plan --registry` then names it
+/// when it resolves a chain).
 ///
 /// # Errors
-/// The file cannot be read, its registry is invalid, or an entry of the chain cannot be used
-/// (unknown, of another hook, failed to load: with its error).
-pub(crate) async fn registry_router(
-    file: &Path,
-    entry: Option<&str>,
-) -> anyhow::Result<Arc<dyn wasmop_controllers::routing::Router>> {
+/// The file cannot be read, or its registry is invalid.
+pub async fn load_registry_file(file: &Path) -> anyhow::Result<Arc<Registry>> {
     let shown = file.display();
     let RegistryFile { doc, binaries, .. } = read_registry_file(file)?;
     let config = RegistryConfig::parse(&doc).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
@@ -823,11 +837,7 @@ pub(crate) async fn registry_router(
         local: LocalFetch::default(),
     };
     registry.apply(config, &fetch).await;
-    let chain = registry
-        .resolve_chain(Hook::Routing, entry)
-        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
-    wasmop_controllers::routing::wasm_chain(chain)
-        .ok_or_else(|| anyhow::anyhow!("{shown}: no routing plugin"))
+    Ok(registry)
 }
 
 /// What `plugin check-registry` reads from its file.
@@ -848,7 +858,6 @@ struct RegistryFile {
 /// The file cannot be read, a ConfigMap in it does not parse, or none is `wasmop-plugins`
 /// while some are.
 fn read_registry_file(file: &Path) -> anyhow::Result<RegistryFile> {
-    use k8s_openapi::api::core::v1::ConfigMap;
     use serde::Deserialize;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -863,23 +872,14 @@ fn read_registry_file(file: &Path) -> anyhow::Result<RegistryFile> {
             continue;
         }
         configmaps += 1;
-        let cm: ConfigMap = serde_yaml::from_value(value)
-            .with_context(|| format!("a ConfigMap in {} does not parse", file.display()))?;
-        let name = cm.metadata.name.clone().unwrap_or_default();
-        let size = cm
-            .data
-            .iter()
-            .flatten()
-            .map(|(_, v)| v.len())
-            .sum::<usize>()
-            + cm.binary_data
-                .iter()
-                .flatten()
-                .map(|(_, v)| v.0.len())
-                .sum::<usize>();
-        configmap_bytes.insert(name.clone(), size);
-        if name == CONFIGMAP_NAME {
-            doc = cm.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)).cloned();
+        let cm = ConfigMap::parse(&value).map_err(|why| {
+            anyhow::anyhow!("a ConfigMap in {} does not parse: {why}", file.display())
+        })?;
+        let size = cm.data.values().map(String::len).sum::<usize>()
+            + cm.binary_data.values().map(Vec::len).sum::<usize>();
+        configmap_bytes.insert(cm.name.clone(), size);
+        if cm.name == CONFIGMAP_NAME {
+            doc = cm.data.get(CONFIGMAP_KEY).cloned();
             if doc.is_none() {
                 anyhow::bail!(
                     "ConfigMap {CONFIGMAP_NAME} in {} has no data key {CONFIGMAP_KEY}",
@@ -887,8 +887,8 @@ fn read_registry_file(file: &Path) -> anyhow::Result<RegistryFile> {
                 );
             }
         }
-        for (key, bytes) in cm.binary_data.unwrap_or_default() {
-            binaries.insert((name.clone(), key), bytes.0);
+        for (key, bytes) in cm.binary_data {
+            binaries.insert((cm.name.clone(), key), bytes);
         }
     }
     let found = |doc| RegistryFile {
@@ -903,6 +903,67 @@ fn read_registry_file(file: &Path) -> anyhow::Result<RegistryFile> {
             "{} holds ConfigMaps but not {CONFIGMAP_NAME}, whose data key {CONFIGMAP_KEY} is the registry",
             file.display()
         ),
+    }
+}
+
+/// What `plugin check-registry` reads of a ConfigMap: its name, `data` and `binaryData`
+/// (decoded).
+#[derive(Debug, PartialEq)]
+struct ConfigMap {
+    /// `metadata.name` (empty without one).
+    name: String,
+    /// `data`: text values.
+    data: std::collections::BTreeMap<String, String>,
+    /// `binaryData`: base64 values, decoded.
+    binary_data: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+impl ConfigMap {
+    /// The ConfigMap `value`, as the API server would take it.
+    ///
+    /// # Errors
+    /// `metadata.name` is not a string, `data` or `binaryData` is not a map of strings, or a
+    /// `binaryData` value is not base64; naming the field.
+    fn parse(value: &serde_yaml::Value) -> Result<Self, String> {
+        use base64::Engine as _;
+        let name = match value.get("metadata").and_then(|m| m.get("name")) {
+            None | Some(serde_yaml::Value::Null) => String::new(),
+            Some(serde_yaml::Value::String(name)) => name.clone(),
+            Some(_) => return Err("metadata.name is not a string".into()),
+        };
+        let strings = |field: &str| -> Result<std::collections::BTreeMap<String, String>, String> {
+            match value.get(field) {
+                None | Some(serde_yaml::Value::Null) => Ok(Default::default()),
+                Some(serde_yaml::Value::Mapping(map)) => map
+                    .iter()
+                    .map(|(k, v)| match (k, v) {
+                        (serde_yaml::Value::String(k), serde_yaml::Value::String(v)) => {
+                            Ok((k.clone(), v.clone()))
+                        }
+                        (serde_yaml::Value::String(k), _) => {
+                            Err(format!("{field}.{k} is not a string"))
+                        }
+                        _ => Err(format!("{field} has a key that is not a string")),
+                    })
+                    .collect(),
+                Some(_) => Err(format!("{field} is not a map")),
+            }
+        };
+        let data = strings("data")?;
+        let binary_data = strings("binaryData")?
+            .into_iter()
+            .map(|(k, v)| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(v.trim())
+                    .map(|bytes| (k.clone(), bytes))
+                    .map_err(|e| format!("binaryData.{k} is not base64: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            name,
+            data,
+            binary_data,
+        })
     }
 }
 
@@ -963,7 +1024,7 @@ async fn read_plugin(plugin: &str) -> anyhow::Result<(Vec<u8>, String)> {
 ///
 /// # Errors
 /// When the file cannot be read, the component does not load or its settings are rejected.
-pub(crate) async fn load_for_cli(
+pub async fn load_for_cli(
     runtime: &Arc<PluginRuntime>,
     hook: Hook,
     plugin: &str,
@@ -1081,5 +1142,62 @@ fn run_error(e: CallError) -> anyhow::Error {
                 .join(" ")
         ),
         _ => e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_wasmop_run_takes_them() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("PT2S"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("600"), Ok(Duration::from_secs(600)));
+        assert!(parse_duration("-2s").unwrap_err().contains("negative"));
+        assert!(
+            parse_duration("soon")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+    }
+
+    fn configmap(yaml: &str) -> Result<ConfigMap, String> {
+        ConfigMap::parse(&serde_yaml::from_str(yaml).unwrap())
+    }
+
+    #[test]
+    fn a_configmap_is_read_without_a_kubernetes_client() {
+        let cm = configmap(
+            "kind: ConfigMap\nmetadata: {name: plugins}\ndata: {plugins.yaml: 'plugins: []'}\n\
+             binaryData: {x.wasm: AGFzbQ==}\n",
+        )
+        .unwrap();
+        assert_eq!(cm.name, "plugins");
+        assert_eq!(cm.data["plugins.yaml"], "plugins: []");
+        assert_eq!(cm.binary_data["x.wasm"], b"\0asm");
+        assert_eq!(
+            configmap("kind: ConfigMap\n").unwrap(),
+            ConfigMap {
+                name: String::new(),
+                data: Default::default(),
+                binary_data: Default::default(),
+            }
+        );
+        for (bad, why) in [
+            ("metadata: {name: [a]}", "metadata.name is not a string"),
+            ("data: {a: 1}", "data.a is not a string"),
+            ("data: [a]", "data is not a map"),
+            (
+                "binaryData: {x.wasm: '%%'}",
+                "binaryData.x.wasm is not base64",
+            ),
+        ] {
+            let e = configmap(&format!("kind: ConfigMap\n{bad}\n")).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! | `loads` | the component exports the hook's world, `info` names the hook, the settings are accepted |
 //! | `answers-within-limits` | every built-in request is answered (a decision or a `plugin-error`) under the limits: no timeout, memory or output overrun, trap or exit |
 //! | `well-formed-output` | every answer has the documented shape: routes a JSON array of objects, one decision per pod, a finite vote value, a reason that is not empty, a `plugin-error` with a message and a `field` (if any) under `request` or `settings` |
-//! | `route-checks` | (routing) every routing answer passes the host's route checks ([`wasmop_controllers::routing::answer::check`]) |
+//! | `route-checks` | (routing) every routing answer passes the host's route checks ([`wasmop_plugin_host::route_checks::check`]) |
 //! | `lease-rules` | (dr) every decision asks only for a lease write the host makes: create only without a lease, renew only our own, take over only a lease unchanged for `wait-time-seconds` × `failure-threshold` |
 //! | `deterministic` | the same request answered twice gives the same answer |
 //! | `rejects-malformed-settings` | `validate-settings` rejects settings that are not JSON, not an object, or hold a key no plugin knows, each with a `plugin-error` whose `field` is `settings` or under it |
@@ -452,7 +452,7 @@ impl Suite<'_> {
     /// # Errors
     /// The component file cannot be read, or `--fixtures` cannot be listed.
     pub(crate) async fn run(&self) -> anyhow::Result<Vec<Verdict>> {
-        let plugin = match crate::plugin_tools::load_for_cli(
+        let plugin = match crate::commands::load_for_cli(
             self.runtime,
             self.hook,
             self.plugin,
@@ -551,7 +551,7 @@ impl Suite<'_> {
             Some(settings) => match loaded.validate_settings(settings.to_string()).await {
                 Err(e) => Err(e),
                 Ok(()) => {
-                    let plugin = crate::plugin_tools::load_for_cli(
+                    let plugin = crate::commands::load_for_cli(
                         self.runtime,
                         self.hook,
                         self.plugin,
@@ -709,7 +709,7 @@ fn route_checks(calls: &[Call]) -> Result<String, String> {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        wasmop_controllers::routing::answer::check(request, namespace, &input, routes).map_err(
+        wasmop_plugin_host::route_checks::check(request, namespace, &input, routes).map_err(
             |why| {
                 format!(
                     "built-in request {}: {why}; the operator would leave the VirtualService as \

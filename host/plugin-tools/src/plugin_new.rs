@@ -2,15 +2,15 @@
 //! in each of five languages, that builds with the toolchains `scripts/setup.sh` installs and
 //! passes `wasmop plugin check` and `wasmop plugin test` as it is written.
 //!
-//! The files come from `host/wasmop/templates`, embedded in the binary: `<lang>/common/` (the
-//! build script, README and package files of a language), `<lang>/<hook>/` (the policy and the
-//! world's glue) and `fixtures/<hook>/` (requests and the answers they expect, written to
+//! The files come from `host/plugin-tools/templates`, embedded in the binary: `<lang>/common/`
+//! (the build script, README and package files of a language), `<lang>/<hook>/` (the policy and
+//! the world's glue) and `fixtures/<hook>/` (requests and the answers they expect, written to
 //! `fixtures/` for `plugin test --fixtures`), with `hooks/<hook>.md` (what the hook's plugin
-//! does) in the README. A path
-//! component that starts with `_` is written with a `.` (`_gitignore` is `.gitignore`), so that
-//! the templates' own dotfiles do not act on this repository. `{{key}}` in a template is replaced
-//! by [`Vars`]; the SDKs and the WIT are used by path from a wasmop checkout (`--sdk`), since
-//! none of them is published yet (docs/plugins.md, "The author's path").
+//! does) in the README. A path component that starts with `_` is written with a `.`
+//! (`_gitignore` is `.gitignore`), so that the templates' own dotfiles do not act on this
+//! repository. `{{key}}` in a template is replaced by `Vars`; the SDKs and the WIT are used by
+//! path from a wasmop checkout (`--sdk`), since none of them is published yet (docs/plugins.md,
+//! "The author's path").
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,7 @@ use wasmop_plugin_host::Hook;
 
 /// A language `plugin new` writes plugins in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Lang {
+pub enum Lang {
     /// Rust on the Rust SDK (`plugins/sdk`), built with cargo for `wasm32-wasip2`.
     Rust,
     /// Python on componentize-py and the SDK's helper module (`plugins/sdk-python`).
@@ -36,10 +36,10 @@ pub(crate) enum Lang {
 impl Lang {
     /// Every language, in the order the docs list them.
     #[cfg(test)]
-    pub(crate) const ALL: [Lang; 5] = [Lang::Rust, Lang::Python, Lang::Js, Lang::Go, Lang::C];
+    pub const ALL: [Lang; 5] = [Lang::Rust, Lang::Python, Lang::Js, Lang::Go, Lang::C];
 
     /// The name `--lang` takes, and the directory of its templates.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
             Lang::Python => "python",
@@ -78,7 +78,7 @@ const JS_HELPER: &str = "plugins/sdk-js/wasmop-plugin.js";
 
 /// Options of `wasmop plugin new`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct NewOptions {
+pub struct NewOptions {
     /// The hook the plugin is for.
     #[arg(long)]
     pub hook: Hook,
@@ -97,7 +97,7 @@ pub(crate) struct NewOptions {
     pub dir: PathBuf,
 }
 
-/// One template file: the directory it is in under `host/wasmop/templates` (`<lang>/common`,
+/// One template file: the directory it is in under `host/plugin-tools/templates` (`<lang>/common`,
 /// `<lang>/<hook>`, `fixtures/<hook>` or `hooks`), its path there, and its text.
 struct Template {
     dir: &'static str,
@@ -115,7 +115,7 @@ macro_rules! template {
     };
 }
 
-/// Every template (a test checks that this is every file under `host/wasmop/templates`).
+/// Every template (a test checks that this is every file under `host/plugin-tools/templates`).
 const TEMPLATES: &[Template] = &[
     template!("hooks", "routing.md"),
     template!("hooks", "scaling.md"),
@@ -329,7 +329,7 @@ fn plain_path(path: &str) -> bool {
         .all(|c| c.is_ascii_alphanumeric() || "/._-+@~,".contains(c))
 }
 
-/// The checkout this binary was built from (`host/wasmop/../..`).
+/// The checkout this binary was built from (`host/plugin-tools/../..`).
 fn built_from() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -378,8 +378,8 @@ fn resolve_sdk(given: Option<&Path>, lang: Lang) -> anyhow::Result<PathBuf> {
 ///
 /// # Errors
 /// The name is not valid, DIR exists and is not an empty directory, the checkout is not one
-/// (see [`resolve_sdk`]), or a file cannot be written.
-pub(crate) fn plugin_new(opts: &NewOptions) -> anyhow::Result<()> {
+/// (see `resolve_sdk`), or a file cannot be written.
+pub fn plugin_new(opts: &NewOptions) -> anyhow::Result<()> {
     let (hook, lang, dir) = (opts.hook, opts.lang, &opts.dir);
     let name = match &opts.name {
         Some(name) => name.clone(),
@@ -466,7 +466,7 @@ fn write(dir: &Path, path: &str, text: &str) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// Every file under host/wasmop/templates, relative to it.
+    /// Every file under host/plugin-tools/templates, relative to it.
     fn on_disk(dir: &Path, under: &Path, out: &mut Vec<String>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
