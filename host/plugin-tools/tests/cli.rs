@@ -70,14 +70,24 @@ fn test_runs_the_conformance_suite() {
         "{}",
         text(&o)
     );
-    // dr-lease takes unknown settings keys (host/wasmop/tests/conformance.rs, KNOWN_FAILURES).
-    let o = wasmop_plugin(&["test", &component("dr_lease.wasm"), "--hook", "dr"]);
+    // An author's fixture that expects another decision fails the run: `none` is always active.
+    let scaffold = wasmop_plugin(&["scaffold", "request", "--hook", "dr"]);
+    assert!(scaffold.status.success(), "{}", text(&scaffold));
+    let request: serde_json::Value = serde_json::from_slice(&scaffold.stdout).unwrap();
+    let fixtures = scratch("fixtures");
+    std::fs::create_dir_all(&fixtures).unwrap();
+    let fixture = serde_json::json!({"request": request, "expect": {"state": "passive"}});
+    std::fs::write(fixtures.join("passive.json"), fixture.to_string()).unwrap();
+    let o = wasmop_plugin(&[
+        "test",
+        &component("dr_none.wasm"),
+        "--hook",
+        "dr",
+        "--fixtures",
+        fixtures.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("FAIL: rejects-malformed-settings: "),
-        "{}",
-        text(&o)
-    );
+    assert!(text(&o).contains("FAIL: fixture passive: "), "{}", text(&o));
 }
 
 #[test]
