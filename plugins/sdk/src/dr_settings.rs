@@ -29,10 +29,15 @@ pub fn validate(settings: &str) -> Result<Map<String, Value>, PluginError> {
         Ok(other) => {
             return Err(PluginError::at(
                 "settings",
-                format!("must be a JSON object, got {other}"),
+                format!("settings must be a JSON object, got {other}"),
             ));
         }
-        Err(e) => return Err(PluginError::at("settings", format!("not valid JSON: {e}"))),
+        Err(e) => {
+            return Err(PluginError::at(
+                "settings",
+                format!("settings are not valid JSON: {e}"),
+            ));
+        }
     };
     if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
         return Err(PluginError::at(
