@@ -19,3 +19,28 @@ mod wit_json;
 pub use commands::{
     PluginCommand, load_for_cli, load_registry_file, parse_data_root, parse_duration, run,
 };
+
+/// The format of log lines (`--log-format` of `wasmop` and `wasmop-plugin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the process's log subscriber: lines on stderr filtered by `log` (RUST_LOG syntax;
+/// `default` when absent or invalid), as `format`, in colour only on a terminal.
+pub fn init_logs(log: Option<&str>, default: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(log.unwrap_or(default))
+        .unwrap_or_else(|_| default.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-use wasmop_plugin_tools::PluginCommand;
+use wasmop_plugin_tools::{LogFormat, PluginCommand};
 
 /// The tools of wasmop plugin authors: write a plugin to start from, check and test a
 /// component as the operator would load it, without a cluster, and move it to and from an OCI
@@ -23,15 +23,6 @@ struct Cli {
     /// The command.
     #[command(subcommand)]
     command: Command,
-}
-
-/// The format of log lines (`--log-format`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 /// Subcommands: those of `wasmop plugin`, and `completion`.
@@ -63,17 +54,7 @@ fn main() -> ExitCode {
         Command::Plugin(command) => *command,
     };
     let default_log = "warn";
-    let log = cli.log.as_deref().unwrap_or(default_log);
-    let filter = tracing_subscriber::EnvFilter::try_new(log).unwrap_or_else(|_| default_log.into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Json => logs.json().init(),
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
+    wasmop_plugin_tools::init_logs(cli.log.as_deref(), default_log, cli.log_format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

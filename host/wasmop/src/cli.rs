@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use wasmop_controllers::routing::{self, OutputFormat, Router, WasmRouter};
 use wasmop_plugin_host::{Grants, Hook, Limits, PluginRuntime, RuntimeOptions};
 
-use wasmop_plugin_tools::PluginCommand;
+use wasmop_plugin_tools::{LogFormat, PluginCommand};
 
 /// Kubernetes operator whose policy decisions are made by sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -29,15 +29,6 @@ pub(crate) struct Cli {
     /// The command.
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// The format of log lines (`--log-format`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 /// Subcommands.
@@ -120,17 +111,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Plugin(_) | Command::Completion { .. } => "warn",
         _ => "info",
     };
-    let log = cli.log.as_deref().unwrap_or(default_log);
-    let filter = tracing_subscriber::EnvFilter::try_new(log).unwrap_or_else(|_| default_log.into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Json => logs.json().init(),
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
+    wasmop_plugin_tools::init_logs(cli.log.as_deref(), default_log, cli.log_format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
