@@ -591,6 +591,10 @@ fn the_notes_name_the_release_and_say_who_manages_the_crds() {
         text.contains("CRDs: created and upgraded with this release"),
         "{text}"
     );
+    // Every pointer works without the sources: commands, no paths into a checkout.
+    assert!(text.contains("kubectl explain dynamicenvs.spec"), "{text}");
+    assert!(text.contains("helm -n ops get values blue --all"), "{text}");
+    assert!(!text.contains("docs/"), "{text}");
     let text = notes("--set crds.install=false --set fullnameOverride=dr");
     assert!(text.contains("port-forward deploy/dr 8080"), "{text}");
     assert!(text.contains("crds.install=false"), "{text}");
@@ -826,6 +830,17 @@ fn every_value_is_documented_with_its_default() {
     );
     let stray: Vec<&String> = documented.iter().filter(|d| !all.contains(d)).collect();
     assert!(stray.is_empty(), "documented but not values: {stray:?}");
+
+    // The chart's README (`helm show readme`) names a few of them; each is a value.
+    let readme = std::fs::read_to_string(helm_dir().join("wasmop/README.md")).unwrap();
+    let named: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .flat_map(|row| row.split(" | ").next().unwrap().split('`').skip(1).step_by(2))
+        .collect();
+    assert!(named.contains(&"dr.settings.backend"), "{named:?}");
+    let stray: Vec<&&str> = named.iter().filter(|n| !all.iter().any(|v| v == **n)).collect();
+    assert!(stray.is_empty(), "the chart README names what is not a value: {stray:?}");
 }
 
 /// The Prometheus Operator's kinds, whose CRDs the local control plane does not have
