@@ -146,7 +146,7 @@ pub async fn run<K: UsesPlugin>(
     .applied_objects()
     .boxed();
     let mut reloads = ctx.plugins.reloads();
-    let mut promotions = Box::pin(ctx.kernel.gate().promotions());
+    let mut promotions = Box::pin(ctx.kernel.gate().promotions_of(store.clone()));
     let kind = K::kind(&());
     loop {
         tokio::select! {

@@ -4,7 +4,7 @@
 //! While the DR state checker says this instance is passive, [`WriteGate::check`] refuses and
 //! every [`Writer`] method returns [`WriteError::Passive`] without sending anything, as
 //! Admiral's read-only mode (docs/dr.md): watches, caches and plan
-//! computation go on, controllers requeue, and [`WriteGate::promotions`] lets them reconcile
+//! computation go on, controllers requeue, and [`WriteGate::promotions_of`] lets them reconcile
 //! everything again once the instance becomes active.
 //!
 //! The DR loop's own lease writes are the only writes that bypass the gate.
@@ -17,12 +17,14 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{Lookup, Store};
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -139,8 +141,30 @@ impl WriteGate {
         self.active.subscribe()
     }
 
-    /// A stream that yields once each time the gate turns active (not for the current state),
-    /// for `Controller::reconcile_all_on`.
+    /// [`promotions`](Self::promotions), each yielded only once `store` holds its watch's
+    /// first full list, for `Controller::reconcile_all_on` and loops over `store.state()`.
+    ///
+    /// A reflector's store stays empty until the initial list is complete, while the objects
+    /// of that list are already handed to the reconciler one by one. An instance promoted in
+    /// between (the first instance of a fresh start takes its lease within milliseconds)
+    /// would reconcile nothing on promotion, and the objects it had reconciled while passive
+    /// would wait for their next resync. Waiting for the store makes the promotion reach them.
+    pub fn promotions_of<K>(&self, store: Store<K>) -> impl Stream<Item = ()> + Send + 'static
+    where
+        K: Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        self.promotions().then(move |()| {
+            let store = store.clone();
+            async move {
+                // Err only when the store's writer is gone, and the controller with it.
+                let _ = store.wait_until_ready().await;
+            }
+        })
+    }
+
+    /// A stream that yields once each time the gate turns active (not for the current state).
+    /// Controllers use [`promotions_of`](Self::promotions_of), which waits for their cache.
     pub fn promotions(&self) -> impl Stream<Item = ()> + Send + 'static {
         let mut rx = self.subscribe();
         rx.mark_unchanged();
@@ -547,6 +571,42 @@ mod tests {
             .expect("every promotion is announced")
             .expect("the stream lives");
         assert!(matches!(gate.check(), Ok(())));
+    }
+
+    #[tokio::test]
+    async fn a_promotion_during_the_initial_list_waits_for_the_store() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::watcher;
+        let gate = WriteGate::new(false);
+        let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
+        let mut promotions = Box::pin(gate.promotions_of(store.clone()));
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some("a".into());
+        object.metadata.namespace = Some("ns".into());
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        assert!(gate.set_active(true));
+        let early = tokio::time::timeout(std::time::Duration::from_millis(200), promotions.next());
+        assert!(
+            early.await.is_err(),
+            "no promotion while the store is empty: a reconcile of all would reach nothing"
+        );
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::timeout(std::time::Duration::from_secs(1), promotions.next())
+            .await
+            .expect("the promotion once the store is filled")
+            .expect("the stream lives");
+        assert_eq!(
+            store.state().len(),
+            1,
+            "what a reconcile of all then reaches"
+        );
+        assert!(gate.set_active(false));
+        assert!(gate.set_active(true));
+        tokio::time::timeout(std::time::Duration::from_secs(1), promotions.next())
+            .await
+            .expect("a later promotion at once")
+            .expect("the stream lives");
     }
 
     #[tokio::test(start_paused = true)]

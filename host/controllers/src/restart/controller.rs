@@ -1362,7 +1362,7 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
         .reconcile_all_on(
             ctx.kernel
                 .gate()
-                .promotions()
+                .promotions_of(store.clone())
                 .map(move |()| promoted.poke_all()),
         )
         .reconcile_all_on(reloads)

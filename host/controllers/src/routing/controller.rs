@@ -1143,6 +1143,7 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
         routing.clone(),
     );
     let reloads = tokio_stream_of(ctx.plugins.reloads());
+    let promoted_store = de_store.clone();
     let controller = Controller::for_stream(de_stream, de_store)
         .with_config(Config::default().concurrency(4))
         .watches_stream(dep_stream, move |d: Deployment| r1.map_deployment(&d))
@@ -1153,7 +1154,7 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
         .watches_stream(vs_stream, move |v: VirtualService| {
             r4.map_virtual_service(&v)
         })
-        .reconcile_all_on(ctx.kernel.gate().promotions())
+        .reconcile_all_on(ctx.kernel.gate().promotions_of(promoted_store))
         .reconcile_all_on(reloads)
         .run(reconcile, error_policy, routing.clone())
         .for_each(|result| async move {

@@ -987,7 +987,7 @@ pub async fn run(
                 .map(|es| ObjectRef::from_obj(es.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(ctx.kernel.gate().promotions())
+        .reconcile_all_on(ctx.kernel.gate().promotions_of(store))
         .reconcile_all_on(poll_rx)
         .run(reconcile, error_policy, scaling.clone())
         .for_each(|result| async move {
