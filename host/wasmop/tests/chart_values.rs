@@ -836,11 +836,24 @@ fn every_value_is_documented_with_its_default() {
     let named: Vec<&str> = readme
         .lines()
         .filter(|l| l.starts_with("| `"))
-        .flat_map(|row| row.split(" | ").next().unwrap().split('`').skip(1).step_by(2))
+        .flat_map(|row| {
+            row.split(" | ")
+                .next()
+                .unwrap()
+                .split('`')
+                .skip(1)
+                .step_by(2)
+        })
         .collect();
     assert!(named.contains(&"dr.settings.backend"), "{named:?}");
-    let stray: Vec<&&str> = named.iter().filter(|n| !all.iter().any(|v| v == **n)).collect();
-    assert!(stray.is_empty(), "the chart README names what is not a value: {stray:?}");
+    let stray: Vec<&&str> = named
+        .iter()
+        .filter(|n| !all.iter().any(|v| v == **n))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "the chart README names what is not a value: {stray:?}"
+    );
 }
 
 /// The Prometheus Operator's kinds, whose CRDs the local control plane does not have
