@@ -11,8 +11,9 @@
 //!   Prometheus trigger, and its operator and resolver (`elasti_side.rs`, `netns.rs`).
 //! - **wasmop**: N ElasticServices of the same shape, 200 DynamicEnvs over 50 VirtualServices
 //!   and 50 ProxyRestartPolicies over 10,000 pods at N = 1,000 (scaled down in proportion for a
-//!   smaller N, at least one of each), two `wasmop run` instances sharing the DR lease and
-//!   `wasmop resolver` (`wasmop_side.rs`).
+//!   smaller N, at least one of each; none with `WASMOP_BENCH_SCALE_NO_POLICIES=1`, which
+//!   leaves out the policies and their pods), two `wasmop run` instances sharing the DR lease
+//!   and `wasmop resolver` (`wasmop_side.rs`).
 //!
 //! Every fifth service is busy (its trigger votes up, one replica); the others are idle, at
 //! zero. Both operators poll every 30 s, with a cooldown of 60 s, against one fake Prometheus
@@ -151,6 +152,7 @@ fn main() {
         .filter(|n| *n > 0)
         .collect();
     let steady = Duration::from_secs(env_or("WASMOP_BENCH_STEADY_SECS", 600));
+    let no_policies = std::env::var("WASMOP_BENCH_SCALE_NO_POLICIES").is_ok_and(|v| v == "1");
     let trials: usize = env_or("WASMOP_BENCH_TRIALS", 100);
     let peer = elasti_side::find();
     match &peer {
@@ -174,7 +176,10 @@ fn main() {
         let backend = Backend::start(&dir);
         let mut results = Vec::new();
         for &n in &sizes {
-            let shape = Shape::of(n);
+            let mut shape = Shape::of(n);
+            if no_policies {
+                shape.policies = 0;
+            }
             println!(
                 "\n== N = {n}: {} ElasticServices (ElastiServices), {} DynamicEnvs over {} VirtualServices, {} ProxyRestartPolicies over {} pods ==",
                 shape.services,
@@ -607,6 +612,7 @@ async fn wasmop_inner(ctx: &Ctx<'_>, ns: &str) -> Side {
     let (converge, converge_note) = {
         let (active, passive) = (running.active.addr.clone(), running.passive.addr.clone());
         let (c, n) = (client.clone(), ns.to_owned());
+        let policies = shape.policies;
         let running_ref = &mut running;
         wait_converged(
             started,
@@ -627,6 +633,9 @@ async fn wasmop_inner(ctx: &Ctx<'_>, ns: &str) -> Side {
                     (c.clone(), n.clone(), active.clone(), passive.clone());
                 async move {
                     let mut progress = wasmop_side::converged(&c, &n).await;
+                    if policies == 0 {
+                        progress.retain(|(kind, _, _)| *kind != "ProxyRestartPolicy");
+                    }
                     let dr = usize::from(wasmop_tests::dr::readonly_check(&active) == Some(200))
                         + usize::from(wasmop_tests::dr::readonly_check(&passive) == Some(502));
                     progress.push(("DR instance", dr, 2));
