@@ -14,6 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use wasmop_kernel::cache::Ready;
 use wasmop_kernel::conditions;
 use wasmop_kernel::gate::WriteError;
 use wasmop_plugin_host::Hook;
@@ -146,7 +147,11 @@ pub async fn run<K: UsesPlugin>(
     .applied_objects()
     .boxed();
     let mut reloads = ctx.plugins.reloads();
-    let mut promotions = Box::pin(ctx.kernel.gate().promotions_of(store.clone()));
+    let mut promotions = Box::pin(
+        ctx.kernel
+            .gate()
+            .promotions_of(Ready::of(vec![Ready::first_list(&store)])),
+    );
     let kind = K::kind(&());
     loop {
         tokio::select! {

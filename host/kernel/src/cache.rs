@@ -5,9 +5,11 @@
 //! hundreds of DynamicEnvs add routes to) they can be larger than the rest of it.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::{Arc, RwLock};
 
-use futures::{Stream, TryStreamExt};
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, Stream, TryStreamExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -297,5 +299,100 @@ mod tests {
         let e = index.entries.read().unwrap();
         assert_eq!(e.key_of.len(), 2);
         assert_eq!(e.by_key.len(), 2);
+    }
+}
+
+/// A future that resolves once each store it was made of holds its watch's first full list,
+/// for any number of tasks at once: clone it, or call [`Ready::wait`] from each.
+///
+/// `Store::wait_until_ready` of kube-runtime wakes only the last of several tasks that wait
+/// on one store at the same time (its `DelayedInit` keeps a single waker): the others sleep
+/// until something else polls them, which for reconciles waiting at start-up was the 30 s
+/// timeout around their wait. A `Ready` waits on each store from one future and wakes every
+/// waiter.
+#[derive(Clone)]
+pub struct Ready(Shared<BoxFuture<'static, ()>>);
+
+impl Ready {
+    /// Ready once every one of `lists` ([`Ready::first_list`] of each store) is.
+    pub fn of(lists: Vec<BoxFuture<'static, ()>>) -> Self {
+        Self(
+            async move {
+                for list in lists {
+                    list.await;
+                }
+            }
+            .boxed()
+            .shared(),
+        )
+    }
+
+    /// The first full list of `store`, for [`Ready::of`]. Also done when the store's writer
+    /// is dropped (its watch is gone, and with it whoever would wait).
+    pub fn first_list<K>(store: &Store<K>) -> BoxFuture<'static, ()>
+    where
+        K: reflector::Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let store = store.clone();
+        async move {
+            let _ = store.wait_until_ready().await;
+        }
+        .boxed()
+    }
+
+    /// Waits until ready.
+    pub async fn wait(&self) {
+        self.0.clone().await;
+    }
+}
+
+#[cfg(test)]
+mod ready_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn every_task_waiting_for_a_store_wakes_when_it_fills() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let ready = Ready::of(vec![Ready::first_list(&store)]);
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let ready = ready.clone();
+                tokio::spawn(async move { ready.wait().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(1), waiter)
+                .await
+                .expect("each waiter is woken")
+                .unwrap();
+        }
+    }
+
+    /// What [`Ready`] is for: of several tasks waiting on one store directly, only the last
+    /// to wait is woken (kube-runtime's behaviour; if it changes, `Ready` can go).
+    #[tokio::test]
+    async fn a_store_wakes_only_one_of_its_direct_waiters() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.wait_until_ready().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let woken = waiters.iter().filter(|w| w.is_finished()).count();
+        assert!(
+            woken < 4,
+            "every direct waiter woke: Ready is no longer needed"
+        );
     }
 }

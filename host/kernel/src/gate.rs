@@ -17,19 +17,19 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{Lookup, Store};
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::cache::Ready;
 
 /// Field manager of every write and the Event reporter name of the operator.
 pub const FIELD_MANAGER: &str = "wasmop";
@@ -141,25 +141,19 @@ impl WriteGate {
         self.active.subscribe()
     }
 
-    /// [`promotions`](Self::promotions), each yielded only once `store` holds its watch's
-    /// first full list, for `Controller::reconcile_all_on` and loops over `store.state()`.
+    /// [`promotions`](Self::promotions), each yielded only once `ready` (the controller's store
+    /// holding its watch's first full list), for `Controller::reconcile_all_on` and loops over
+    /// `store.state()`.
     ///
     /// A reflector's store stays empty until the initial list is complete, while the objects
     /// of that list are already handed to the reconciler one by one. An instance promoted in
     /// between (the first instance of a fresh start takes its lease within milliseconds)
     /// would reconcile nothing on promotion, and the objects it had reconciled while passive
     /// would wait for their next resync. Waiting for the store makes the promotion reach them.
-    pub fn promotions_of<K>(&self, store: Store<K>) -> impl Stream<Item = ()> + Send + 'static
-    where
-        K: Lookup + Clone + Send + Sync + 'static,
-        K::DynamicType: Eq + Hash + Clone + Send + Sync,
-    {
+    pub fn promotions_of(&self, ready: Ready) -> impl Stream<Item = ()> + Send + 'static {
         self.promotions().then(move |()| {
-            let store = store.clone();
-            async move {
-                // Err only when the store's writer is gone, and the controller with it.
-                let _ = store.wait_until_ready().await;
-            }
+            let ready = ready.clone();
+            async move { ready.wait().await }
         })
     }
 
@@ -579,7 +573,8 @@ mod tests {
         use kube::runtime::watcher;
         let gate = WriteGate::new(false);
         let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
-        let mut promotions = Box::pin(gate.promotions_of(store.clone()));
+        let ready = Ready::of(vec![Ready::first_list(&store)]);
+        let mut promotions = Box::pin(gate.promotions_of(ready));
         let mut object = ConfigMap::default();
         object.metadata.name = Some("a".into());
         object.metadata.namespace = Some("ns".into());

@@ -54,6 +54,7 @@ use wasmop_api::proxyrestartpolicy::{
     DesiredProxy, GatewaySettings, ProxyRestartPolicy, ProxyRestartPolicyStatus, RestartMode,
     RestartSummary, WouldRestartWorkload,
 };
+use wasmop_kernel::cache::Ready;
 use wasmop_kernel::conditions;
 use wasmop_kernel::gate::WriteError;
 use wasmop_plugin_host::{FailurePolicy, Hook, RestartRequest};
@@ -1362,7 +1363,7 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
         .reconcile_all_on(
             ctx.kernel
                 .gate()
-                .promotions_of(store.clone())
+                .promotions_of(Ready::of(vec![Ready::first_list(&store)]))
                 .map(move |()| promoted.poke_all()),
         )
         .reconcile_all_on(reloads)

@@ -48,7 +48,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
-use wasmop_kernel::cache::cache;
+use wasmop_kernel::cache::{Ready, cache};
 
 use super::clone;
 use super::error::{Error, Refusal};
@@ -188,15 +188,21 @@ struct Caches {
 }
 
 impl Caches {
+    /// Done once every cache but the DynamicEnvs' holds its first list.
+    fn ready(&self) -> Ready {
+        Ready::of(vec![
+            Ready::first_list(&self.deployments),
+            Ready::first_list(&self.services),
+            Ready::first_list(&self.destination_rules),
+            Ready::first_list(&self.virtual_services),
+        ])
+    }
+}
+
+impl Routing {
     /// Waits for the first list of every cache.
-    async fn ready(&self) -> Result<(), String> {
-        let all = async {
-            let _ = self.deployments.wait_until_ready().await;
-            let _ = self.services.wait_until_ready().await;
-            let _ = self.destination_rules.wait_until_ready().await;
-            let _ = self.virtual_services.wait_until_ready().await;
-        };
-        tokio::time::timeout(CACHE_WAIT, all).await.map_err(|_| {
+    async fn caches_ready(&self) -> Result<(), String> {
+        tokio::time::timeout(CACHE_WAIT, self.ready.wait()).await.map_err(|_| {
             format!(
                 "the caches of Deployments, Services, DestinationRules and VirtualServices are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC? Istio CRDs installed?)"
             )
@@ -209,6 +215,8 @@ pub struct Routing {
     ctx: Arc<Context>,
     cfg: PlanConfig,
     caches: Caches,
+    /// [`Caches::ready`], shared by every reconcile.
+    ready: Ready,
     deployments: Overlay<Deployment>,
     destination_rules: Overlay<DestinationRule>,
     virtual_services: Overlay<VirtualService>,
@@ -221,6 +229,7 @@ impl Routing {
         Self {
             cfg,
             ctx,
+            ready: caches.ready(),
             caches,
             deployments: Overlay::new(),
             destination_rules: Overlay::new(),
@@ -1034,7 +1043,7 @@ async fn reconcile_inner(de: Arc<DynamicEnv>, r: &Routing) -> Result<Action, Err
         tracing::debug!(dynamicenv = %de_key(&de), "passive: nothing written; reconciled again once promoted");
         return Ok(Action::requeue(RESYNC));
     }
-    if let Err(e) = r.caches.ready().await {
+    if let Err(e) = r.caches_ready().await {
         tracing::warn!(dynamicenv = %de_key(&de), "{e}");
         return Ok(Action::requeue(PROCESSING_RETRY));
     }
@@ -1143,7 +1152,7 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
         routing.clone(),
     );
     let reloads = tokio_stream_of(ctx.plugins.reloads());
-    let promoted_store = de_store.clone();
+    let promoted = Ready::of(vec![Ready::first_list(&de_store)]);
     let controller = Controller::for_stream(de_stream, de_store)
         .with_config(Config::default().concurrency(4))
         .watches_stream(dep_stream, move |d: Deployment| r1.map_deployment(&d))
@@ -1154,7 +1163,7 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
         .watches_stream(vs_stream, move |v: VirtualService| {
             r4.map_virtual_service(&v)
         })
-        .reconcile_all_on(ctx.kernel.gate().promotions_of(promoted_store))
+        .reconcile_all_on(ctx.kernel.gate().promotions_of(promoted))
         .reconcile_all_on(reloads)
         .run(reconcile, error_policy, routing.clone())
         .for_each(|result| async move {

@@ -41,7 +41,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use wasmop_kernel::cache::{Index, cache, cache_indexed, cache_trimmed};
+use wasmop_kernel::cache::{Index, Ready, cache, cache_indexed, cache_trimmed};
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
 use super::error::Error;
@@ -126,16 +126,20 @@ pub struct Caches {
 const CACHE_WAIT: Duration = Duration::from_secs(30);
 
 impl Caches {
-    /// Waits for the first list of every cache.
-    async fn ready(&self) -> Result<(), String> {
-        let all = async {
-            let _ = self.services.wait_until_ready().await;
-            let _ = self.slices.wait_until_ready().await;
-            let _ = self.resolver_pods.wait_until_ready().await;
-            let _ = self.deployments.wait_until_ready().await;
-            let _ = self.statefulsets.wait_until_ready().await;
-        };
-        tokio::time::timeout(CACHE_WAIT, all).await.map_err(|_| {
+    /// Done once every cache holds its first list.
+    fn ready(&self) -> Ready {
+        Ready::of(vec![
+            Ready::first_list(&self.services),
+            Ready::first_list(&self.slices),
+            Ready::first_list(&self.resolver_pods),
+            Ready::first_list(&self.deployments),
+            Ready::first_list(&self.statefulsets),
+        ])
+    }
+
+    /// Waits for the first list of every cache (`ready`: [`Caches::ready`]).
+    async fn wait(ready: &Ready) -> Result<(), String> {
+        tokio::time::timeout(CACHE_WAIT, ready.wait()).await.map_err(|_| {
             format!(
                 "the caches of Services, EndpointSlices, resolver pods, Deployments and StatefulSets are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC?)"
             )
@@ -177,6 +181,8 @@ pub struct Scaling {
     pub opts: Options,
     resolver_namespace: String,
     caches: Caches,
+    /// [`Caches::ready`], shared by every reconcile.
+    caches_ready: Ready,
     memory: Mutex<HashMap<String, Memory>>,
 }
 
@@ -199,6 +205,7 @@ impl Scaling {
             ctx,
             opts,
             resolver_namespace,
+            caches_ready: caches.ready(),
             caches,
             memory: Mutex::default(),
         }
@@ -822,7 +829,7 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
     );
     s.ctx.kernel.writer.check()?;
     if es.meta().deletion_timestamp.is_none()
-        && let Err(e) = s.caches.ready().await
+        && let Err(e) = Caches::wait(&s.caches_ready).await
     {
         tracing::warn!(elasticservice = %key(&es), "{e}");
         return Ok(Action::requeue(Duration::from_secs(5)));
@@ -964,6 +971,7 @@ pub async fn run(
     controller: Controller<ElasticService>,
     streams: CacheStreams,
     poll_rx: futures::channel::mpsc::UnboundedReceiver<()>,
+    es_ready: Ready,
 ) -> anyhow::Result<()> {
     let ctx = scaling.ctx.clone();
     let store = controller.store();
@@ -987,7 +995,7 @@ pub async fn run(
                 .map(|es| ObjectRef::from_obj(es.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(ctx.kernel.gate().promotions_of(store))
+        .reconcile_all_on(ctx.kernel.gate().promotions_of(es_ready))
         .reconcile_all_on(poll_rx)
         .run(reconcile, error_policy, scaling.clone())
         .for_each(|result| async move {

@@ -30,6 +30,7 @@ use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::controller::{Config, Controller};
 use wasmop_api::elasticservice::ElasticService;
+use wasmop_kernel::cache::Ready;
 
 use crate::Context;
 pub use error::Error;
@@ -51,9 +52,11 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
     let controller = Controller::new(es_api, ctx.kernel.cr_watcher_config())
         .with_config(Config::default().concurrency(4));
     let store = controller.store();
+    // One waiter for the ElasticService cache, shared by the poller and the promotions.
+    let es_ready = Ready::of(vec![Ready::first_list(&store)]);
     let (poll_tx, poll_rx) = futures::channel::mpsc::unbounded::<()>();
     tokio::select! {
-        r = controller::run(scaling.clone(), controller, streams, poll_rx) => r,
-        r = poller::run(scaling, store, poll_tx) => r,
+        r = controller::run(scaling.clone(), controller, streams, poll_rx, es_ready.clone()) => r,
+        r = poller::run(scaling, store, es_ready, poll_tx) => r,
     }
 }

@@ -15,6 +15,7 @@ use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
+use wasmop_kernel::cache::Ready;
 
 use super::controller::{Poll, Scaling, VoteLabels, metrics};
 use super::decide::{self, TriggerOutcome, Vote};
@@ -31,12 +32,10 @@ const CONCURRENCY: usize = 8;
 pub async fn run(
     scaling: Arc<Scaling>,
     store: Store<ElasticService>,
+    ready: Ready,
     reconcile_all: UnboundedSender<()>,
 ) -> anyhow::Result<()> {
-    store
-        .wait_until_ready()
-        .await
-        .map_err(|e| anyhow::anyhow!("the ElasticService cache never filled: {e}"))?;
+    ready.wait().await;
     let mut tick = tokio::time::interval(scaling.opts.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
