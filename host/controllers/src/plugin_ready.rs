@@ -147,11 +147,7 @@ pub async fn run<K: UsesPlugin>(
     .applied_objects()
     .boxed();
     let mut reloads = ctx.plugins.reloads();
-    let mut promotions = Box::pin(
-        ctx.kernel
-            .gate()
-            .promotions_of(Ready::of(vec![Ready::first_list(&store)])),
-    );
+    let mut promotions = Box::pin(ctx.kernel.gate().promotions_of(Ready::of_store(&store)));
     let kind = K::kind(&());
     loop {
         tokio::select! {

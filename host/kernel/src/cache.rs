@@ -327,6 +327,15 @@ impl Ready {
         )
     }
 
+    /// Ready once `store` is: [`Ready::of`] its [`Ready::first_list`].
+    pub fn of_store<K>(store: &Store<K>) -> Self
+    where
+        K: reflector::Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        Self::of(vec![Self::first_list(store)])
+    }
+
     /// The first full list of `store`, for [`Ready::of`]. Also done when the store's writer
     /// is dropped (its watch is gone, and with it whoever would wait).
     pub fn first_list<K>(store: &Store<K>) -> BoxFuture<'static, ()>
@@ -356,7 +365,7 @@ mod ready_tests {
     #[tokio::test]
     async fn every_task_waiting_for_a_store_wakes_when_it_fills() {
         let (store, mut writer) = reflector::store::<ConfigMap>();
-        let ready = Ready::of(vec![Ready::first_list(&store)]);
+        let ready = Ready::of_store(&store);
         let waiters: Vec<_> = (0..4)
             .map(|_| {
                 let ready = ready.clone();

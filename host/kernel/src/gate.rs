@@ -573,7 +573,7 @@ mod tests {
         use kube::runtime::watcher;
         let gate = WriteGate::new(false);
         let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
-        let ready = Ready::of(vec![Ready::first_list(&store)]);
+        let ready = Ready::of_store(&store);
         let mut promotions = Box::pin(gate.promotions_of(ready));
         let mut object = ConfigMap::default();
         object.metadata.name = Some("a".into());

@@ -1363,7 +1363,7 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
         .reconcile_all_on(
             ctx.kernel
                 .gate()
-                .promotions_of(Ready::of(vec![Ready::first_list(&store)]))
+                .promotions_of(Ready::of_store(&store))
                 .map(move |()| promoted.poke_all()),
         )
         .reconcile_all_on(reloads)

@@ -1152,7 +1152,7 @@ pub async fn run(ctx: Arc<Context>, cfg: PlanConfig) -> anyhow::Result<()> {
         routing.clone(),
     );
     let reloads = tokio_stream_of(ctx.plugins.reloads());
-    let promoted = Ready::of(vec![Ready::first_list(&de_store)]);
+    let promoted = Ready::of_store(&de_store);
     let controller = Controller::for_stream(de_stream, de_store)
         .with_config(Config::default().concurrency(4))
         .watches_stream(dep_stream, move |d: Deployment| r1.map_deployment(&d))

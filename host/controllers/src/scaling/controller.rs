@@ -137,15 +137,6 @@ impl Caches {
         ])
     }
 
-    /// Waits for the first list of every cache (`ready`: [`Caches::ready`]).
-    async fn wait(ready: &Ready) -> Result<(), String> {
-        tokio::time::timeout(CACHE_WAIT, ready.wait()).await.map_err(|_| {
-            format!(
-                "the caches of Services, EndpointSlices, resolver pods, Deployments and StatefulSets are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC?)"
-            )
-        })
-    }
-
     /// The desired replicas of `target` (`spec.replicas`, 1 when unset as the API server
     /// defaults it), if its kind is cached and it is in the cache.
     fn replicas(&self, target: &Target) -> Option<i32> {
@@ -182,7 +173,7 @@ pub struct Scaling {
     resolver_namespace: String,
     caches: Caches,
     /// [`Caches::ready`], shared by every reconcile.
-    caches_ready: Ready,
+    ready: Ready,
     memory: Mutex<HashMap<String, Memory>>,
 }
 
@@ -205,10 +196,19 @@ impl Scaling {
             ctx,
             opts,
             resolver_namespace,
-            caches_ready: caches.ready(),
+            ready: caches.ready(),
             caches,
             memory: Mutex::default(),
         }
+    }
+
+    /// Waits for the first list of every cache.
+    async fn caches_ready(&self) -> Result<(), String> {
+        tokio::time::timeout(CACHE_WAIT, self.ready.wait()).await.map_err(|_| {
+            format!(
+                "the caches of Services, EndpointSlices, resolver pods, Deployments and StatefulSets are not filled after {CACHE_WAIT:?}: see the operator log for the failing watch (RBAC?)"
+            )
+        })
     }
 
     fn remember<T>(&self, es: &ElasticService, f: impl FnOnce(&mut Memory) -> T) -> T {
@@ -829,7 +829,7 @@ async fn reconcile_inner(es: Arc<ElasticService>, s: &Scaling) -> Result<Action,
     );
     s.ctx.kernel.writer.check()?;
     if es.meta().deletion_timestamp.is_none()
-        && let Err(e) = Caches::wait(&s.caches_ready).await
+        && let Err(e) = s.caches_ready().await
     {
         tracing::warn!(elasticservice = %key(&es), "{e}");
         return Ok(Action::requeue(Duration::from_secs(5)));

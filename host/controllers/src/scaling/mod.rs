@@ -53,7 +53,7 @@ pub async fn run(ctx: Arc<Context>, opts: Options) -> anyhow::Result<()> {
         .with_config(Config::default().concurrency(4));
     let store = controller.store();
     // One waiter for the ElasticService cache, shared by the poller and the promotions.
-    let es_ready = Ready::of(vec![Ready::first_list(&store)]);
+    let es_ready = Ready::of_store(&store);
     let (poll_tx, poll_rx) = futures::channel::mpsc::unbounded::<()>();
     tokio::select! {
         r = controller::run(scaling.clone(), controller, streams, poll_rx, es_ready.clone()) => r,
