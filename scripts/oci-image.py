@@ -97,6 +97,7 @@ def main():
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(tar_bytes).hexdigest()]},
         "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "scripts/oci-image.py"}],
     }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tmp = f"{args.out}.{os.getpid()}.tmp"
     with tarfile.open(tmp, mode="w", format=tarfile.PAX_FORMAT) as out:
         layer_desc = blob(out, gzip.compress(tar_bytes, compresslevel=6, mtime=0),
