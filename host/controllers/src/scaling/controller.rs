@@ -228,6 +228,11 @@ impl Scaling {
         self.remember(es, |m| m.poll = Some(poll));
     }
 
+    /// Takes the votes the poller left for `es`, if any.
+    pub(crate) fn take_poll(&self, es: &ElasticService) -> Option<Poll> {
+        self.remember(es, |m| m.poll.take())
+    }
+
     /// The last activity: `status.lastScaledUpTime` or what this process recorded later (an
     /// up decision while the workload is up is remembered here, not written).
     pub(crate) fn last_active(&self, es: &ElasticService) -> Option<Timestamp> {
@@ -461,7 +466,7 @@ impl Scaling {
         }
 
         // The poller's votes.
-        if let Some(poll) = self.remember(es, |m| m.poll.take()) {
+        if let Some(poll) = self.take_poll(es) {
             replicas = self
                 .apply_poll(es, &target, replicas, poll, now, status)
                 .await?;
@@ -1152,11 +1157,11 @@ fn vote_status(v: &TriggerOutcome, at: Timestamp) -> TriggerVoteStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Caches that stay empty (their writers are gone): for reconciles that never read them.
-    fn no_caches() -> Caches {
+    pub(crate) fn no_caches() -> Caches {
         let slices = kube::runtime::reflector::store().0;
         Caches {
             services: kube::runtime::reflector::store().0,

@@ -6,7 +6,9 @@
 //! are never applied at once.
 //!
 //! No plugin is called when the decision needs no votes (within the cooldown since creation,
-//! outside `enabledPeriod`, no triggers), nor while this instance is passive.
+//! outside `enabledPeriod`, no triggers), nor while this instance is passive. A promotion
+//! starts a round at once (and the interval from there), so the votes after a failover do not
+//! wait up to one interval.
 
 use std::sync::Arc;
 
@@ -38,8 +40,15 @@ pub async fn run(
     ready.wait().await;
     let mut tick = tokio::time::interval(scaling.opts.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut promotions = std::pin::pin!(scaling.ctx.kernel.gate().promotions());
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some(()) = promotions.next() => {
+                tracing::debug!("promoted: polling the triggers now");
+                tick.reset();
+            }
+        }
         if !scaling.ctx.kernel.gate().is_active() {
             tracing::debug!("passive: triggers not polled");
             continue;
@@ -144,4 +153,61 @@ async fn poll(scaling: &Scaling, es: &ElasticService) {
             policy,
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+    use crate::scaling::Options;
+    use crate::scaling::controller::tests::no_caches;
+
+    /// An ElasticService without triggers: its round needs no plugin.
+    fn idle() -> ElasticService {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u"},
+            "spec": {"service": "web", "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_promotion_polls_at_once_instead_of_at_the_next_interval() {
+        let ctx = crate::test_support::unreachable_context();
+        let opts = Options {
+            poll_interval: Duration::from_secs(3600),
+            ..Options::default()
+        };
+        let scaling = Arc::new(Scaling::new(ctx.clone(), opts, no_caches()));
+        let (store, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(idle()));
+        writer.apply_watcher_event(&Event::InitDone);
+        let (tx, mut rounds) = futures::channel::mpsc::unbounded();
+        let poller = tokio::spawn(run(
+            scaling.clone(),
+            store.clone(),
+            Ready::of_store(&store),
+            tx,
+        ));
+
+        // The first tick comes while passive: no round.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(rounds.try_recv().is_err(), "a passive instance polled");
+
+        ctx.kernel.gate().set_active(true);
+        tokio::time::timeout(Duration::from_secs(10), rounds.next())
+            .await
+            .expect("no round within 10 s of the promotion (the interval is an hour)")
+            .expect("the poller ended");
+        assert!(
+            scaling.take_poll(&idle()).is_some(),
+            "the round left no poll for the reconciler"
+        );
+        poller.abort();
+    }
 }
