@@ -922,7 +922,13 @@ fn print_growth(results: &[SizeResult]) {
             ),
             ("CPU seconds per minute", a.cpu_total(), b.cpu_total()),
             ("RSS", a.rss_total(), b.rss_total()),
-        ] {
+        ]
+        .into_iter()
+        .chain(
+            a.converge
+                .zip(b.converge)
+                .map(|(va, vb)| ("time to converge", va, vb)),
+        ) {
             let r = vb / va.max(f64::MIN_POSITIVE);
             println!(
                 "wasmop {figure} grows {r:.2}× for {limit:.0}× the objects (goal: linear or better): {}",
