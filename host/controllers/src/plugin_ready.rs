@@ -2,9 +2,15 @@
 //! `spec.plugin`, else the hook's default) is loaded. It is re-evaluated on every registry
 //! reload, every promotion of this instance and every change of a resource, and written
 //! (under its own field manager, [`FIELD_MANAGER`]) only when it changes.
+//!
+//! The watch can deliver versions of an object older than this loop's last write to it (the
+//! controllers' own status writes made before it): [`Written`] keeps each write until the watch
+//! shows it, so those older versions are not taken for a missing condition and written again.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -149,10 +155,11 @@ pub async fn run<K: UsesPlugin>(
     let mut reloads = ctx.plugins.reloads();
     let mut promotions = Box::pin(ctx.kernel.gate().promotions_of(Ready::of_store(&store)));
     let kind = K::kind(&());
+    let mut written = Written::default();
     loop {
         tokio::select! {
             event = events.next() => match event {
-                Some(Ok(obj)) => sync(&ctx, &obj).await,
+                Some(Ok(obj)) => sync(&ctx, &obj, &mut written).await,
                 Some(Err(e)) => tracing::warn!("watching {kind}: {e}"),
                 None => anyhow::bail!("the {kind} watch ended"),
             },
@@ -160,27 +167,61 @@ pub async fn run<K: UsesPlugin>(
                 if changed.is_err() {
                     anyhow::bail!("the registry is gone");
                 }
-                sync_all(&ctx, &store).await;
+                sync_all(&ctx, &store, &mut written).await;
             }
-            Some(()) = promotions.next() => sync_all(&ctx, &store).await,
+            Some(()) = promotions.next() => sync_all(&ctx, &store, &mut written).await,
         }
     }
 }
 
-async fn sync_all<K: UsesPlugin>(ctx: &Context, store: &Store<K>) {
-    for obj in store.state() {
-        sync(ctx, obj.as_ref()).await;
+/// How long a write is waited for in the watch before the watch counts again (a relist can
+/// skip the written version itself).
+const WRITTEN_TTL: Duration = Duration::from_secs(60);
+
+/// The `PluginReady` conditions this loop wrote that the watch has not shown yet, by object
+/// uid. Watch events come in resourceVersion order, so until an event shows a write, every
+/// event of that object is a version from before it.
+#[derive(Default)]
+struct Written {
+    by_uid: HashMap<String, (Condition, Instant)>,
+}
+
+impl Written {
+    /// Whether `wanted` is already written to `obj`, whose `current` condition (from the watch)
+    /// may predate the write. An event that shows the write ends the wait for it.
+    fn covers(&mut self, uid: &str, current: Option<&Condition>, wanted: &Condition) -> bool {
+        let Some((condition, at)) = self.by_uid.get(uid) else {
+            return false;
+        };
+        if at.elapsed() >= WRITTEN_TTL || conditions::unchanged(current, condition) {
+            self.by_uid.remove(uid);
+            return false;
+        }
+        conditions::unchanged(Some(condition), wanted)
+    }
+
+    fn record(&mut self, uid: String, condition: Condition) {
+        self.by_uid.retain(|_, (_, at)| at.elapsed() < WRITTEN_TTL);
+        self.by_uid.insert(uid, (condition, Instant::now()));
     }
 }
 
-async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K) {
+async fn sync_all<K: UsesPlugin>(ctx: &Context, store: &Store<K>, written: &mut Written) {
+    for obj in store.state() {
+        sync(ctx, obj.as_ref(), written).await;
+    }
+}
+
+async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K, written: &mut Written) {
     let namespace = obj.namespace();
     let status = ctx
         .plugins
         .status_for(K::HOOK, obj.plugin_name(), namespace.as_deref());
     let previous = obj.conditions();
+    let current = conditions::find(previous, PLUGIN_READY);
     let wanted = condition(&status, obj.meta().generation, previous);
-    if conditions::unchanged(conditions::find(previous, PLUGIN_READY), &wanted) {
+    let uid = obj.meta().uid.clone().unwrap_or_default();
+    if written.covers(&uid, current, &wanted) || conditions::unchanged(current, &wanted) {
         return;
     }
     let name = obj.name_any();
@@ -188,7 +229,7 @@ async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K) {
     let id = obj
         .namespace()
         .map_or_else(|| name.clone(), |ns| format!("{ns}/{name}"));
-    let patch = serde_json::json!({ "conditions": [wanted] });
+    let patch = serde_json::json!({ "conditions": [&wanted] });
     match ctx
         .kernel
         .writer
@@ -196,11 +237,62 @@ async fn sync<K: UsesPlugin>(ctx: &Context, obj: &K) {
         .await
     {
         Ok(_) => {
+            written.record(uid, wanted);
             tracing::info!(kind = %K::kind(&()), object = %id, ready = status.ready, reason = %status.reason, "PluginReady updated")
         }
         Err(WriteError::Passive) => {}
         Err(e) => {
             tracing::warn!(kind = %K::kind(&()), object = %id, "cannot update PluginReady: {e}")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(ok: bool) -> Condition {
+        conditions::condition(
+            &[],
+            PLUGIN_READY,
+            ok,
+            if ok { "Loaded" } else { "Failed" },
+            "plugin p",
+            Some(1),
+        )
+    }
+
+    #[test]
+    fn versions_from_before_a_write_are_not_written_again() {
+        let mut written = Written::default();
+        assert!(
+            !written.covers("u", None, &ready(true)),
+            "nothing written yet"
+        );
+        written.record("u".into(), ready(true));
+        // The controller's status write made before ours comes in without the condition.
+        assert!(written.covers("u", None, &ready(true)));
+        // The plugin failed meanwhile: that is a change of its own, not covered.
+        assert!(!written.covers("u", None, &ready(false)));
+        // Another object is not covered.
+        assert!(!written.covers("v", None, &ready(true)));
+    }
+
+    #[test]
+    fn once_the_watch_shows_the_write_it_counts_again() {
+        let mut written = Written::default();
+        written.record("u".into(), ready(true));
+        assert!(!written.covers("u", Some(&ready(true)), &ready(true)));
+        // Someone removed the condition after the watch showed it: written again.
+        assert!(!written.covers("u", None, &ready(true)));
+    }
+
+    #[test]
+    fn a_write_the_watch_never_shows_stops_counting_after_the_ttl() {
+        let mut written = Written::default();
+        written.record("u".into(), ready(true));
+        written.by_uid.get_mut("u").unwrap().1 = Instant::now() - WRITTEN_TTL;
+        assert!(!written.covers("u", None, &ready(true)));
+        assert!(written.by_uid.is_empty());
     }
 }
