@@ -405,3 +405,86 @@ mod ready_tests {
         );
     }
 }
+
+/// This process's last status write of each object, until the cache shows it.
+///
+/// A reconcile queued by a write's own side effects (an owned object it created) can run on
+/// the cached copy from before the write, and would write the same status again. While the
+/// cache still holds the version a write was made from (same resourceVersion), the status the
+/// API server answered with counts instead; once the cache moves on, the cache counts.
+/// Keyed by `namespace/name`.
+pub struct WrittenStatus<S> {
+    by_key: std::sync::Mutex<HashMap<String, (String, S)>>,
+}
+
+impl<S> Default for WrittenStatus<S> {
+    fn default() -> Self {
+        Self {
+            by_key: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl<S: Clone> WrittenStatus<S> {
+    /// Records that `status` was written from the cached version `from` of `key`.
+    pub fn record(&self, key: String, from: Option<String>, status: S) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        match from {
+            Some(from) => by_key.insert(key, (from, status)),
+            None => by_key.remove(&key),
+        };
+    }
+
+    /// The status of `key` whose cached version is `cached_rv` with status `cached`: the
+    /// written one while the cache holds the version it was made from, else `cached`.
+    pub fn status(&self, key: &str, cached_rv: Option<&str>, cached: Option<&S>) -> Option<S> {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        match by_key.get(key) {
+            Some((from, written)) if cached_rv == Some(from.as_str()) => Some(written.clone()),
+            Some(_) => {
+                by_key.remove(key);
+                cached.cloned()
+            }
+            None => cached.cloned(),
+        }
+    }
+
+    /// Forgets `key` (the object is gone).
+    pub fn forget(&self, key: &str) {
+        self.by_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+#[cfg(test)]
+mod written_status_tests {
+    use super::WrittenStatus;
+
+    #[test]
+    fn a_write_counts_until_the_cache_moves_past_the_version_it_was_made_from() {
+        let written = WrittenStatus::default();
+        assert_eq!(written.status("ns/a", Some("7"), Some(&"old")), Some("old"));
+        written.record("ns/a".into(), Some("7".into()), "new");
+        assert_eq!(written.status("ns/a", Some("7"), Some(&"old")), Some("new"));
+        assert_eq!(
+            written.status("ns/b", Some("7"), Some(&"other")),
+            Some("other")
+        );
+        assert_eq!(
+            written.status("ns/a", Some("8"), Some(&"newer")),
+            Some("newer")
+        );
+        // Once moved on, the record is gone: even the old version's status counts again.
+        assert_eq!(written.status("ns/a", Some("7"), Some(&"old")), Some("old"));
+    }
+
+    #[test]
+    fn a_forgotten_object_counts_its_cache() {
+        let written = WrittenStatus::default();
+        written.record("ns/a".into(), Some("7".into()), "new");
+        written.forget("ns/a");
+        assert_eq!(written.status("ns/a", Some("7"), None), None);
+    }
+}

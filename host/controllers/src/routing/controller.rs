@@ -48,7 +48,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
-use wasmop_kernel::cache::{Ready, cache};
+use wasmop_kernel::cache::{Ready, WrittenStatus, cache};
 
 use super::clone;
 use super::error::{Error, Refusal};
@@ -222,6 +222,7 @@ pub struct Routing {
     virtual_services: Overlay<VirtualService>,
     vs_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     interest: RwLock<HashMap<String, Interest>>,
+    written_status: WrittenStatus<DynamicEnvStatus>,
 }
 
 impl Routing {
@@ -236,6 +237,7 @@ impl Routing {
             virtual_services: Overlay::new(),
             vs_locks: Mutex::new(HashMap::new()),
             interest: RwLock::new(HashMap::new()),
+            written_status: WrittenStatus::default(),
         }
     }
 
@@ -671,7 +673,11 @@ impl Routing {
     /// Writes the status of `de` (our fields and the `Ready` condition) when it changed;
     /// error times are kept while an error persists.
     async fn write_status(&self, de: &DynamicEnv, planned: &DynamicEnvStatus) -> Result<(), Error> {
-        let before = de.status.clone().unwrap_or_default();
+        let key = de_key(de);
+        let before = self
+            .written_status
+            .status(&key, de.resource_version().as_deref(), de.status.as_ref())
+            .unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut status = planned.clone();
         stamp_errors(&mut status, &before, &now);
@@ -705,11 +711,14 @@ impl Routing {
             self.ctx.kernel.client.clone(),
             &de.namespace().unwrap_or_default(),
         );
-        self.ctx
+        let after = self
+            .ctx
             .kernel
             .writer
             .apply_status(&api, &de.name_any(), &status)
             .await?;
+        self.written_status
+            .record(key, de.resource_version(), after.status.unwrap_or_default());
         if before.state.as_deref() != Some(state.as_str()) {
             let warning = state == "degraded";
             self.event(
@@ -801,6 +810,7 @@ impl Routing {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key);
+        self.written_status.forget(&key);
         set_state(&de, None);
         tracing::info!(dynamicenv = %key, writes = plan.writes.len(), "cleaned up");
         Ok(Action::await_change())

@@ -41,7 +41,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use wasmop_kernel::cache::{Index, Ready, cache, cache_indexed, cache_trimmed};
+use wasmop_kernel::cache::{Index, Ready, WrittenStatus, cache, cache_indexed, cache_trimmed};
 
 use super::decide::{self, Decision, Inputs, TriggerOutcome, Vote};
 use super::error::Error;
@@ -175,6 +175,7 @@ pub struct Scaling {
     /// [`Caches::ready`], shared by every reconcile.
     ready: Ready,
     memory: Mutex<HashMap<String, Memory>>,
+    written: WrittenStatus<ElasticServiceStatus>,
 }
 
 /// `--resolver-namespace`, else the operator namespace.
@@ -199,6 +200,7 @@ impl Scaling {
             ready: caches.ready(),
             caches,
             memory: Mutex::default(),
+            written: WrittenStatus::default(),
         }
     }
 
@@ -221,6 +223,19 @@ impl Scaling {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key(es));
+        self.written.forget(&key(es));
+    }
+
+    /// The status of `es`: its cached one, or the last one written from this very cached
+    /// version (see [`WrittenStatus`]).
+    fn status_of(&self, es: &ElasticService) -> ElasticServiceStatus {
+        self.written
+            .status(
+                &key(es),
+                es.resource_version().as_deref(),
+                es.status.as_ref(),
+            )
+            .unwrap_or_default()
     }
 
     /// Leaves the poller's votes for the next reconcile of `es`.
@@ -378,7 +393,7 @@ impl Scaling {
     /// Converges `es` (see the module docs).
     async fn apply(&self, es: Arc<ElasticService>) -> Result<Action, Error> {
         let now = Timestamp::now();
-        let before = es.status.clone().unwrap_or_default();
+        let before = self.status_of(&es);
         let mut status = ElasticServiceStatus {
             conditions: before
                 .conditions
@@ -707,11 +722,17 @@ impl Scaling {
             self.ctx.kernel.client.clone(),
             &es.namespace().unwrap_or_default(),
         );
-        self.ctx
+        let after = self
+            .ctx
             .kernel
             .writer
             .apply_status(&api, &es.name_any(), &status)
             .await?;
+        self.written.record(
+            key(es),
+            es.resource_version(),
+            after.status.unwrap_or_default(),
+        );
         Ok(())
     }
 
@@ -1188,6 +1209,75 @@ pub(crate) mod tests {
 
     fn unreachable_context() -> Arc<Context> {
         crate::test_support::unreachable_context()
+    }
+
+    /// A client whose API server answers every request with `es` and counts the requests.
+    fn client_answering_with(
+        es: &ElasticService,
+    ) -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let body = bytes::Bytes::from(serde_json::to_vec(es).unwrap());
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = sent.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = body.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(body))
+                        .unwrap(),
+                )
+            }
+        });
+        (kube::Client::new(service, "default"), sent)
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_on_a_cached_version_older_than_its_status_write_does_not_write_again() {
+        let mut cached = (*demanded()).clone();
+        cached.metadata.resource_version = Some("7".into());
+        let status = ElasticServiceStatus {
+            mode: Some("proxy".into()),
+            ..ElasticServiceStatus::default()
+        };
+        let mut answer = cached.clone();
+        answer.metadata.resource_version = Some("8".into());
+        answer.status = Some(status.clone());
+        let (client, sent) = client_answering_with(&answer);
+        let ctx = crate::test_support::context_with(client);
+        ctx.kernel.gate().set_active(true);
+        let scaling = Scaling::new(ctx, Options::default(), no_caches());
+        let now = Timestamp::now();
+        let requests = || sent.load(std::sync::atomic::Ordering::SeqCst);
+
+        let before = scaling.status_of(&cached);
+        scaling
+            .write_status(&cached, &before, status.clone(), now)
+            .await
+            .unwrap();
+        assert_eq!(requests(), 1, "the first status write");
+
+        // A reconcile queued by the write's side effects, before the watch delivers it.
+        let before = scaling.status_of(&cached);
+        assert_eq!(before.mode.as_deref(), Some("proxy"));
+        scaling
+            .write_status(&cached, &before, status.clone(), now)
+            .await
+            .unwrap();
+        assert_eq!(requests(), 1, "the same status is not written again");
+
+        // Once the cache moves on, its status counts: one someone changed is written again.
+        let mut moved = answer.clone();
+        moved.metadata.resource_version = Some("9".into());
+        moved.status = Some(ElasticServiceStatus::default());
+        let before = scaling.status_of(&moved);
+        assert_eq!(before.mode, None);
+        scaling
+            .write_status(&moved, &before, status, now)
+            .await
+            .unwrap();
+        assert_eq!(requests(), 2, "the cache's status counts again");
     }
 
     fn demanded() -> Arc<ElasticService> {
