@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use wasmop_api::elasticservice::ElasticService;
 use wasmop_api::names::{private_service_name, resolver_slice_name};
@@ -318,6 +318,7 @@ async fn idle_trigger_scales_to_zero_and_demand_brings_it_back() {
         let private = services.get(&private_service_name("web")).await.unwrap();
         let pspec = private.spec.unwrap();
         assert_eq!(pspec.selector, Some([("app".to_owned(), "web".to_owned())].into()));
+        assert_eq!(pspec.cluster_ip.as_deref(), Some("None"), "headless: no ClusterIP spent");
         assert_eq!(pspec.ports.unwrap().len(), 2);
         let public = services.get("web").await.unwrap();
         assert_eq!(
@@ -540,6 +541,64 @@ async fn a_converged_elastic_service_gets_no_writes_while_its_votes_hold() {
         let paused = annotations(&keda, "web").await;
         assert_eq!(paused.get("autoscaling.keda.sh/paused").map(String::as_str), Some("true"), "paused by hand, left paused");
     })
+    .await;
+}
+
+/// A private Service made with a ClusterIP (as versions before the headless one did) is
+/// deleted and made again headless, and the ElasticService converges.
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_private_service_with_a_cluster_ip_is_made_again_headless() {
+    with_temp_ns(
+        "scaling-headless",
+        |client: Client, ns: String| async move {
+            resolver_pods(&client, &ns, 1).await;
+            deployment(&client, &ns, "web", 0).await;
+            service(&client, &ns, "web").await;
+            let es_api = elastic_service(
+                &client,
+                &ns,
+                "web",
+                es_spec("web", "Deployment", "apps/v1", "web"),
+            )
+            .await;
+            let es = es_api.get("web").await.unwrap();
+            let owner = es.controller_owner_ref(&()).unwrap();
+            let name = private_service_name("web");
+            let old = create_in::<Service>(
+                &client,
+                &ns,
+                json!({"metadata": {"name": name, "ownerReferences": [owner]},
+                   "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
+            )
+            .await;
+            let old_ip = old.spec.unwrap().cluster_ip.unwrap();
+            assert_ne!(old_ip, "None", "the API server gave it a ClusterIP");
+
+            let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+            let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+            let headless = eventually(
+                "the private Service made again headless",
+                TIMEOUT,
+                async || {
+                    services.get_opt(&name).await.ok().flatten().filter(|s| {
+                        s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None")
+                    })
+                },
+            )
+            .await;
+            assert_eq!(
+                headless.spec.unwrap().ports.unwrap().len(),
+                2,
+                "both ports mirrored"
+            );
+            assert_eq!(
+                headless.metadata.owner_references.unwrap()[0].uid,
+                es.metadata.uid.unwrap()
+            );
+            wait_until(&es_api, "web", TIMEOUT, "mode proxy", is_mode("proxy")).await;
+        },
+    )
     .await;
 }
 

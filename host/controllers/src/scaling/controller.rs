@@ -530,6 +530,25 @@ impl Scaling {
                 "Service {ns}/{private_name} exists and is not owned by this ElasticService; rename or remove it"
             )));
         }
+        if let Some(old) = existing
+            .as_ref()
+            .filter(|e| plan::private_service_has_cluster_ip(e))
+        {
+            // Made with a ClusterIP by an earlier version: made again headless (the ClusterIP
+            // cannot be removed in place). The resolver forwards to its endpoints again as soon
+            // as kube-controller-manager fills the new one's EndpointSlices.
+            self.ctx
+                .kernel
+                .writer
+                .delete(&services, &private_name)
+                .await?;
+            tracing::info!(
+                elasticservice = %key(es),
+                service = %private_name,
+                cluster_ip = old.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).unwrap_or_default(),
+                "private Service with a ClusterIP deleted, to be made again headless"
+            );
+        }
         if existing.is_none_or(|e| !plan::private_service_current(&e, &private)) {
             self.ctx
                 .kernel

@@ -2,8 +2,9 @@
 //! controller read (docs/scaling.md, "Modes").
 //!
 //! - The **private Service** `<public>-pvt-<hash10>` ([`private_service`]) copies the public
-//!   Service's selector and ports (no node ports, type `ClusterIP`); the resolver forwards to
-//!   its endpoints. It exists in both modes and follows every change of the public Service.
+//!   Service's selector and ports (no node ports), headless: the resolver forwards to its
+//!   endpoints, so it needs no ClusterIP of its own. It exists in both modes and follows every
+//!   change of the public Service.
 //! - The **public Service is never modified**: it keeps its selector, so kube-controller-manager
 //!   keeps its own EndpointSlices, which are empty at zero replicas. In proxy mode wasmop adds
 //!   one more slice for it, `<public>-to-resolver-<hash10>` ([`resolver_slice`]), whose endpoints
@@ -96,8 +97,9 @@ fn meta(es: &ElasticService, name: String, extra: BTreeMap<String, String>) -> O
     }
 }
 
-/// The private Service for `public`: its selector and ports (node ports dropped), type
-/// `ClusterIP`, controller-owned by `es`.
+/// The private Service for `public`: its selector and ports (node ports dropped), headless
+/// (`clusterIP: None`, so neither an address of the Service CIDR nor kube-proxy rules are spent
+/// on it), controller-owned by `es`.
 ///
 /// # Errors
 /// A public Service without a selector (its pods cannot be found), described.
@@ -126,6 +128,7 @@ pub fn private_service(es: &ElasticService, public: &Service) -> Result<Service,
         ),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
+            cluster_ip: Some(HEADLESS.into()),
             selector: Some(selector),
             ports: Some(ports),
             ..ServiceSpec::default()
@@ -134,7 +137,21 @@ pub fn private_service(es: &ElasticService, public: &Service) -> Result<Service,
     })
 }
 
-/// Whether `existing` already is what [`private_service`] wants (selector, ports, type).
+/// `spec.clusterIP` of a headless Service.
+const HEADLESS: &str = "None";
+
+/// Whether `existing` has a ClusterIP, which cannot be removed in place: a private Service
+/// made with one (before the private Service was headless) is deleted and made again.
+pub(crate) fn private_service_has_cluster_ip(existing: &Service) -> bool {
+    existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .is_some_and(|ip| !ip.is_empty() && ip != HEADLESS)
+}
+
+/// Whether `existing` already is what [`private_service`] wants (selector, ports, type,
+/// headless).
 pub(crate) fn private_service_current(existing: &Service, wanted: &Service) -> bool {
     let (Some(e), Some(w)) = (&existing.spec, &wanted.spec) else {
         return false;
@@ -158,6 +175,7 @@ pub(crate) fn private_service_current(existing: &Service, wanted: &Service) -> b
     e.selector == w.selector
         && strip(&e.ports) == strip(&w.ports)
         && e.type_.as_deref().unwrap_or("ClusterIP") == "ClusterIP"
+        && e.cluster_ip.as_deref() == Some(HEADLESS)
         && existing.controller_owner_ref_uid() == wanted.controller_owner_ref_uid()
 }
 
@@ -344,7 +362,7 @@ mod tests {
                     "ownerReferences": [{"apiVersion": "wasmop.dev/v1alpha1", "kind": "ElasticService",
                         "name": "web-es", "uid": "es-uid", "controller": true}]
                 },
-                "spec": {"type": "ClusterIP", "selector": {"app": "web"},
+                "spec": {"type": "ClusterIP", "clusterIP": "None", "selector": {"app": "web"},
                          "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
                                    {"name": "grpc", "port": 9090, "targetPort": "grpc", "protocol": "TCP"}]}
             })
@@ -356,6 +374,16 @@ mod tests {
             &svc,
             &private_service(&es(), &changed).unwrap()
         ));
+    }
+
+    #[test]
+    fn a_private_service_with_a_cluster_ip_is_made_again_headless() {
+        let wanted = private_service(&es(), &public()).unwrap();
+        assert!(!private_service_has_cluster_ip(&wanted));
+        let mut old = wanted.clone();
+        old.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.17".into());
+        assert!(private_service_has_cluster_ip(&old));
+        assert!(!private_service_current(&old, &wanted));
     }
 
     #[test]
