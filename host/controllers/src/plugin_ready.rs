@@ -4,7 +4,7 @@
 //! (under its own field manager, [`FIELD_MANAGER`]) only when it changes.
 //!
 //! The watch can deliver versions of an object older than this loop's last write to it (the
-//! controllers' own status writes made before it): [`Written`] keeps each write until the watch
+//! controllers' own status writes made before it): `Written` keeps each write until the watch
 //! shows it, so those older versions are not taken for a missing condition and written again.
 
 use std::collections::HashMap;
