@@ -206,6 +206,22 @@ const TEMPLATES: &[Template] = &[
     template!("c/dr", "plugin.c"),
 ];
 
+/// The command an author runs these tools with, as this process was started: `wasmop-plugin`
+/// (the authors' binary, `host/plugin-tools`) or `wasmop plugin` (the operator's subcommand),
+/// so that the README and the next steps name a command the author has.
+fn cli() -> &'static str {
+    let program = std::env::args_os().next().map(PathBuf::from);
+    let standalone = program
+        .as_deref()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n.to_string_lossy().starts_with("wasmop-plugin"));
+    if standalone {
+        "wasmop-plugin"
+    } else {
+        "wasmop plugin"
+    }
+}
+
 /// The values of a template's `{{key}}`s for one plugin.
 struct Vars {
     pairs: Vec<(&'static str, String)>,
@@ -219,7 +235,8 @@ impl Vars {
     ///   `wit-bindgen c`'s names);
     /// - `wasm`: the component file, `NAME.wasm`; `crate`: the Rust library's file name;
     /// - `settings`: the registry entry's settings, as YAML flow;
-    /// - `policy`: `hooks/<hook>.md`, what the plugin does.
+    /// - `policy`: `hooks/<hook>.md`, what the plugin does;
+    /// - `cli`: the command that runs these tools ([`cli`]).
     fn new(name: &str, hook: Hook, lang: Lang, sdk: &Path) -> Self {
         let settings = match hook {
             Hook::Routing => "{}",
@@ -240,6 +257,7 @@ impl Vars {
                 ("crate", name.replace('-', "_")),
                 ("settings", settings.to_owned()),
                 ("policy", policy.to_owned()),
+                ("cli", cli().to_owned()),
             ],
         }
     }
@@ -436,9 +454,10 @@ pub fn plugin_new(opts: &NewOptions) -> anyhow::Result<()> {
         "wrote a {hook} plugin in {lang}, {name}, to {shown}: {}\n\
          next (README.md has each step, and how to register it):\n  \
          {shown}/build.sh\n  \
-         wasmop plugin check {shown}/{name}.wasm --hook {hook}\n  \
-         wasmop plugin test {shown}/{name}.wasm --hook {hook}",
-        written.join(", ")
+         {cli} check {shown}/{name}.wasm --hook {hook}\n  \
+         {cli} test {shown}/{name}.wasm --hook {hook}",
+        written.join(", "),
+        cli = cli(),
     );
     Ok(())
 }

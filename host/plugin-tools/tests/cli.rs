@@ -124,3 +124,22 @@ fn scaffold_prints_a_request_and_completion_a_script() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("wasmop-plugin"), "{}", text(&o));
 }
+
+#[test]
+fn new_names_the_command_it_was_run_as() {
+    let dir = scratch("new").join("lease-follower");
+    let out = wasmop_plugin(&["new", "--hook", "dr", "--lang", "c", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("wasmop-plugin check "),
+        "the next steps name wasmop-plugin: {}",
+        text(&out)
+    );
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(
+        readme.contains("wasmop-plugin check lease-follower.wasm --hook dr"),
+        "{readme}"
+    );
+    assert!(!readme.contains("wasmop plugin "), "{readme}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}

@@ -184,7 +184,7 @@ mod tests {
     }
 
     /// Each `fixtures/*.json` (settings, a request, the answer or plugin-error it expects)
-    /// through `Plugin::check`, as `wasmop plugin test --fixtures fixtures` runs them on the
+    /// through `Plugin::check`, as `{{cli}} test --fixtures fixtures` runs them on the
     /// component.
     #[test]
     fn fixtures() {

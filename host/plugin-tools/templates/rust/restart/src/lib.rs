@@ -142,7 +142,7 @@ mod tests {
     }
 
     /// Each `fixtures/*.json` (settings, a request, the answer or plugin-error it expects)
-    /// through `Plugin::evaluate`, as `wasmop plugin test --fixtures fixtures` runs them on the
+    /// through `Plugin::evaluate`, as `{{cli}} test --fixtures fixtures` runs them on the
     /// component.
     #[test]
     fn fixtures() {

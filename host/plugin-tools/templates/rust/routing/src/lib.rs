@@ -248,7 +248,7 @@ mod tests {
     }
 
     /// Each `fixtures/*.json` (settings, a request, the answer or plugin-error it expects)
-    /// through `Plugin::route`, as `wasmop plugin test --fixtures fixtures` runs them on the
+    /// through `Plugin::route`, as `{{cli}} test --fixtures fixtures` runs them on the
     /// component.
     #[test]
     fn fixtures() {

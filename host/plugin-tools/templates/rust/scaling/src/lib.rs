@@ -123,7 +123,7 @@ mod tests {
     }
 
     /// Each `fixtures/*.json` (settings, a request, the answer or plugin-error it expects)
-    /// through `Plugin::vote`, as `wasmop plugin test --fixtures fixtures` runs them on the
+    /// through `Plugin::vote`, as `{{cli}} test --fixtures fixtures` runs them on the
     /// component.
     #[test]
     fn fixtures() {
