@@ -30,6 +30,8 @@ use wasmop_plugin_host::{
     RouteRequest, StateRequest, TriggerRequest,
 };
 
+use wasmop_plugin_sdk::fixtures::subset;
+
 use crate::wit_json;
 
 /// One property's verdict: `ok: NAME: DETAIL` or `FAIL: NAME: DETAIL`.
@@ -568,7 +570,7 @@ impl Suite<'_> {
         match (&fixture.expect, outcome) {
             (Expect::Answer(want), Ok(answer)) => {
                 let got = answer.to_wit();
-                matches(want, &got, "expect")
+                subset("expect", want, &got)
                     .map(|()| "the expected answer".to_owned())
                     .map_err(|why| format!("{why}; the answer was {got}"))
             }
@@ -822,38 +824,6 @@ async fn rejects_malformed_settings(plugin: &Arc<Plugin>) -> Result<String, Stri
     ))
 }
 
-/// Whether `got` matches the pattern `want` (see [`Fixture`]); the first mismatch, at its path.
-fn matches(want: &Value, got: &Value, at: &str) -> Result<(), String> {
-    match (want, got) {
-        (Value::Object(w), Value::Object(g)) => {
-            for (key, w) in w {
-                let path = format!("{at}.{key}");
-                match g.get(key) {
-                    Some(g) => matches(w, g, &path)?,
-                    None => return Err(format!("{path}: missing from the answer")),
-                }
-            }
-            Ok(())
-        }
-        (Value::Array(w), Value::Array(g)) => {
-            if w.len() != g.len() {
-                return Err(format!(
-                    "{at}: expected {} elements, got {}",
-                    w.len(),
-                    g.len()
-                ));
-            }
-            for (i, (w, g)) in w.iter().zip(g).enumerate() {
-                matches(w, g, &format!("{at}[{i}]"))?;
-            }
-            Ok(())
-        }
-        (Value::Number(w), Value::Number(g)) if w.as_f64() == g.as_f64() => Ok(()),
-        (w, g) if w == g => Ok(()),
-        (w, g) => Err(format!("{at}: expected {w}, got {g}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -976,19 +946,19 @@ mod tests {
         let got = json!({"state": "active", "action": "create", "reason": "r", "n": 2.0});
         let at = "expect";
         assert_eq!(
-            matches(&json!({"state": "active", "n": 2}), &got, at),
+            subset(at, &json!({"state": "active", "n": 2}), &got),
             Ok(())
         );
         assert_eq!(
-            matches(&json!({"action": "renew"}), &got, at),
+            subset(at, &json!({"action": "renew"}), &got),
             Err(r#"expect.action: expected "renew", got "create""#.into())
         );
         assert_eq!(
-            matches(&json!({"x": 1}), &got, at),
+            subset(at, &json!({"x": 1}), &got),
             Err("expect.x: missing from the answer".into())
         );
         assert_eq!(
-            matches(&json!([{}]), &json!([{}, {}]), at),
+            subset(at, &json!([{}]), &json!([{}, {}])),
             Err("expect: expected 1 elements, got 2".into())
         );
         assert!(under("settings.maxAge", "settings") && under("request[0]", "request"));

@@ -204,9 +204,13 @@ fn expect_error(want: &Value, got: &PluginError) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `got` matches `want` as the module docs say; the error names the path of the first
-/// difference.
-fn subset(at: &str, want: &Value, got: &Value) -> Result<(), String> {
+/// Whether `got` matches the pattern `want` as the module docs say (`expect` is compared so):
+/// each key an object lists, arrays element by element at the same length, numbers by value
+/// (`1` matches `1.0`), anything else when equal. `at` names the root in the error.
+///
+/// # Errors
+/// The first difference, at its path from `at` (`expect.http[0].name: expected …, got …`).
+pub fn subset(at: &str, want: &Value, got: &Value) -> Result<(), String> {
     match (want, got) {
         (Value::Object(w), Value::Object(g)) => {
             for (key, w) in w {
