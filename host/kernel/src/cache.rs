@@ -412,7 +412,7 @@ mod ready_tests {
 /// the cached copy from before the write, and would write the same status again. While the
 /// cache still holds the version a write was made from (same resourceVersion), the status the
 /// API server answered with counts instead; once the cache moves on, the cache counts.
-/// Keyed by `namespace/name`.
+/// Objects are told apart by namespace and name.
 pub struct WrittenStatus<S> {
     by_key: std::sync::Mutex<HashMap<String, (String, S)>>,
 }
@@ -425,66 +425,84 @@ impl<S> Default for WrittenStatus<S> {
     }
 }
 
+fn written_key<K: Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
 impl<S: Clone> WrittenStatus<S> {
-    /// Records that `status` was written from the cached version `from` of `key`.
-    pub fn record(&self, key: String, from: Option<String>, status: S) {
+    /// Records that `status` was written from `cached`, the cached copy of the object.
+    pub fn record<K: Resource>(&self, cached: &K, status: S) {
+        let key = written_key(cached);
         let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        match from {
+        match cached.meta().resource_version.clone() {
             Some(from) => by_key.insert(key, (from, status)),
             None => by_key.remove(&key),
         };
     }
 
-    /// The status of `key` whose cached version is `cached_rv` with status `cached`: the
-    /// written one while the cache holds the version it was made from, else `cached`.
-    pub fn status(&self, key: &str, cached_rv: Option<&str>, cached: Option<&S>) -> Option<S> {
+    /// The status of `cached` (a cached copy whose status is `status`): the written one while
+    /// the cache holds the version it was made from, else `status`.
+    pub fn status<K: Resource>(&self, cached: &K, status: Option<&S>) -> Option<S> {
+        let key = written_key(cached);
         let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        match by_key.get(key) {
-            Some((from, written)) if cached_rv == Some(from.as_str()) => Some(written.clone()),
-            Some(_) => {
-                by_key.remove(key);
-                cached.cloned()
+        match by_key.get(&key) {
+            Some((from, written)) if cached.meta().resource_version.as_ref() == Some(from) => {
+                Some(written.clone())
             }
-            None => cached.cloned(),
+            Some(_) => {
+                by_key.remove(&key);
+                status.cloned()
+            }
+            None => status.cloned(),
         }
     }
 
-    /// Forgets `key` (the object is gone).
-    pub fn forget(&self, key: &str) {
+    /// Forgets `obj` (it is gone).
+    pub fn forget<K: Resource>(&self, obj: &K) {
         self.by_key
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+            .remove(&written_key(obj));
     }
 }
 
 #[cfg(test)]
 mod written_status_tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
     use super::WrittenStatus;
+
+    /// The cached copy of `ns/name` at resourceVersion `rv`.
+    fn at(name: &str, rv: &str) -> ConfigMap {
+        let mut obj = ConfigMap::default();
+        obj.metadata.namespace = Some("ns".into());
+        obj.metadata.name = Some(name.into());
+        obj.metadata.resource_version = Some(rv.into());
+        obj
+    }
 
     #[test]
     fn a_write_counts_until_the_cache_moves_past_the_version_it_was_made_from() {
         let written = WrittenStatus::default();
-        assert_eq!(written.status("ns/a", Some("7"), Some(&"old")), Some("old"));
-        written.record("ns/a".into(), Some("7".into()), "new");
-        assert_eq!(written.status("ns/a", Some("7"), Some(&"old")), Some("new"));
-        assert_eq!(
-            written.status("ns/b", Some("7"), Some(&"other")),
-            Some("other")
-        );
-        assert_eq!(
-            written.status("ns/a", Some("8"), Some(&"newer")),
-            Some("newer")
-        );
+        assert_eq!(written.status(&at("a", "7"), Some(&"old")), Some("old"));
+        written.record(&at("a", "7"), "new");
+        assert_eq!(written.status(&at("a", "7"), Some(&"old")), Some("new"));
+        assert_eq!(written.status(&at("b", "7"), Some(&"other")), Some("other"));
+        assert_eq!(written.status(&at("a", "8"), Some(&"newer")), Some("newer"));
         // Once moved on, the record is gone: even the old version's status counts again.
-        assert_eq!(written.status("ns/a", Some("7"), Some(&"old")), Some("old"));
+        assert_eq!(written.status(&at("a", "7"), Some(&"old")), Some("old"));
     }
 
     #[test]
     fn a_forgotten_object_counts_its_cache() {
         let written = WrittenStatus::default();
-        written.record("ns/a".into(), Some("7".into()), "new");
-        written.forget("ns/a");
-        assert_eq!(written.status("ns/a", Some("7"), None), None);
+        written.record(&at("a", "7"), "new");
+        written.forget(&at("a", "7"));
+        assert_eq!(written.status(&at("a", "7"), None), None);
     }
 }

@@ -673,10 +673,9 @@ impl Routing {
     /// Writes the status of `de` (our fields and the `Ready` condition) when it changed;
     /// error times are kept while an error persists.
     async fn write_status(&self, de: &DynamicEnv, planned: &DynamicEnvStatus) -> Result<(), Error> {
-        let key = de_key(de);
         let before = self
             .written_status
-            .status(&key, de.resource_version().as_deref(), de.status.as_ref())
+            .status(de, de.status.as_ref())
             .unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut status = planned.clone();
@@ -718,7 +717,7 @@ impl Routing {
             .apply_status(&api, &de.name_any(), &status)
             .await?;
         self.written_status
-            .record(key, de.resource_version(), after.status.unwrap_or_default());
+            .record(de, after.status.unwrap_or_default());
         if before.state.as_deref() != Some(state.as_str()) {
             let warning = state == "degraded";
             self.event(
@@ -810,7 +809,7 @@ impl Routing {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key);
-        self.written_status.forget(&key);
+        self.written_status.forget(de.as_ref());
         set_state(&de, None);
         tracing::info!(dynamicenv = %key, writes = plan.writes.len(), "cleaned up");
         Ok(Action::await_change())

@@ -223,18 +223,14 @@ impl Scaling {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key(es));
-        self.written.forget(&key(es));
+        self.written.forget(es);
     }
 
     /// The status of `es`: its cached one, or the last one written from this very cached
     /// version (see [`WrittenStatus`]).
     fn status_of(&self, es: &ElasticService) -> ElasticServiceStatus {
         self.written
-            .status(
-                &key(es),
-                es.resource_version().as_deref(),
-                es.status.as_ref(),
-            )
+            .status(es, es.status.as_ref())
             .unwrap_or_default()
     }
 
@@ -747,11 +743,7 @@ impl Scaling {
             .writer
             .apply_status(&api, &es.name_any(), &status)
             .await?;
-        self.written.record(
-            key(es),
-            es.resource_version(),
-            after.status.unwrap_or_default(),
-        );
+        self.written.record(es, after.status.unwrap_or_default());
         Ok(())
     }
 
