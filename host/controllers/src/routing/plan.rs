@@ -854,7 +854,7 @@ pub(crate) async fn run_chain(
 ) -> (Vec<Value>, Vec<Outcome>) {
     let mut http = vs.spec.http.clone().unwrap_or_default();
     http.retain(|r| !istio::route_name(r).is_some_and(|n| chain.strip.drops(n)));
-    let (ns, _) = ns_name(&vs.metadata);
+    let (ns, vs_name) = ns_name(&vs.metadata);
     let mut outcomes = Vec::with_capacity(chain.calls.len());
     let stages = router::stages(router);
     let identity = chain_identity(&stages);
@@ -862,7 +862,9 @@ pub(crate) async fn run_chain(
         let prefix = call.request.route_prefix.as_str();
         let mut request = call.request.clone();
         request.virtual_service = vs_json(vs, &http);
-        let key = identity.as_deref().map(|id| Answers::key(id, &request));
+        let key = identity
+            .as_deref()
+            .map(|id| Answers::key(id, (ns, vs_name), &request));
         let owned = |r: &Value| istio::route_name(r).is_some_and(|n| n.starts_with(prefix));
         let kept = key.and_then(|k| answers().get(k, &http, owned));
         let answer = match kept {

@@ -121,22 +121,36 @@ pub fn wasm_chain(plugins: impl IntoIterator<Item = Arc<Plugin>>) -> Option<Arc<
 /// An answer is kept as the routes named with the request's route prefix, each with the number
 /// of the input's routes before it: the host's checks guarantee that every other route of an
 /// accepted answer is the input's, in order, so the answer is the input with these spliced in.
-/// At most [`Answers::CAPACITY`] answers are kept; when full, all are dropped.
+/// Only the newest answer of each VirtualService and route prefix (one DynamicEnv's copies in
+/// one VirtualService) is kept ([`AnswerKey::slot`]): an answer to an older version of the
+/// VirtualService is not asked for again once another DynamicEnv changed it, so keeping it
+/// would hold memory for nothing. At most [`Answers::CAPACITY`] answers are kept; when full,
+/// all are dropped.
 #[derive(Default)]
 pub struct Answers {
-    kept: std::sync::Mutex<std::collections::HashMap<u64, Arc<OwnedRoutes>>>,
+    kept: std::sync::Mutex<std::collections::HashMap<u64, (u64, Arc<OwnedRoutes>)>>,
 }
 
 /// The routes an answer added, each with the number of input routes before it.
 type OwnedRoutes = Vec<(usize, Value)>;
 
+/// Where an answer is kept and what it answers ([`Answers::key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerKey {
+    /// The VirtualService and route prefix: one answer per slot is kept.
+    pub slot: u64,
+    /// The request, with the identity of the routers that answer it.
+    pub request: u64,
+}
+
 impl Answers {
     /// How many answers are kept at most.
     pub const CAPACITY: usize = 4096;
 
-    /// The key of `request` to a router of identity `identity`.
-    pub fn key(identity: &str, request: &RouteRequest) -> u64 {
-        use std::hash::Hasher;
+    /// The key of `request` about VirtualService `vs` (namespace, name) to a router of
+    /// identity `identity`.
+    pub fn key(identity: &str, vs: (&str, &str), request: &RouteRequest) -> AnswerKey {
+        use std::hash::{Hash, Hasher};
         struct Sink(std::collections::hash_map::DefaultHasher);
         impl std::io::Write for Sink {
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -147,11 +161,16 @@ impl Answers {
                 Ok(())
             }
         }
+        let mut slot = std::collections::hash_map::DefaultHasher::new();
+        (vs, request.route_prefix.as_str()).hash(&mut slot);
         let mut sink = Sink(std::collections::hash_map::DefaultHasher::new());
         sink.0.write(identity.as_bytes());
         sink.0.write_u8(0xff);
         serde_json::to_writer(&mut sink, request).expect("a request serializes");
-        sink.0.finish()
+        AnswerKey {
+            slot: slot.finish(),
+            request: sink.0.finish(),
+        }
     }
 
     /// The answer kept under `key`, rebuilt on `input` (the routes the request was made with),
@@ -159,7 +178,7 @@ impl Answers {
     /// replaced, as the router replaces them.
     pub fn get(
         &self,
-        key: u64,
+        key: AnswerKey,
         input: &[Value],
         owned: impl Fn(&Value) -> bool,
     ) -> Option<Vec<Value>> {
@@ -167,8 +186,9 @@ impl Answers {
             .kept
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned()?;
+            .get(&key.slot)
+            .filter(|(request, _)| *request == key.request)
+            .map(|(_, added)| added.clone())?;
         let mut out = Vec::with_capacity(input.len() + added.len());
         let mut next = added.iter().peekable();
         for (i, route) in input.iter().filter(|r| !owned(r)).enumerate() {
@@ -181,8 +201,9 @@ impl Answers {
         Some(out)
     }
 
-    /// Keeps `answer`, an accepted answer whose own routes are those `owned` says.
-    pub fn put(&self, key: u64, answer: &[Value], owned: impl Fn(&Value) -> bool) {
+    /// Keeps `answer`, an accepted answer whose own routes are those `owned` says, in place of
+    /// the answer its slot held.
+    pub fn put(&self, key: AnswerKey, answer: &[Value], owned: impl Fn(&Value) -> bool) {
         let mut kept = Vec::new();
         let mut others = 0;
         for route in answer {
@@ -193,10 +214,20 @@ impl Answers {
             }
         }
         let mut map = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= Self::CAPACITY {
+        if map.len() >= Self::CAPACITY && !map.contains_key(&key.slot) {
             map.clear();
         }
-        map.insert(key, Arc::new(kept));
+        map.insert(key.slot, (key.request, Arc::new(kept)));
+    }
+
+    /// How many answers are kept.
+    pub fn len(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no answer is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -339,18 +370,37 @@ mod tests {
             virtual_service: "{}".into(),
         };
         let owned = |r: &Value| r["name"].as_str().unwrap().starts_with("p-");
-        let key = Answers::key("digest", &request);
+        let vs = ("ns", "reviews");
+        let key = Answers::key("digest", vs, &request);
         assert_eq!(answers.get(key, &input, owned), None);
         answers.put(key, &answer, owned);
         assert_eq!(answers.get(key, &input, owned), Some(answer.clone()));
         // Earlier output of the same router in the input is replaced, not kept beside.
         let mut again = input.clone();
         again.insert(1, json!({"name": "p-old"}));
-        assert_eq!(answers.get(key, &again, owned), Some(answer));
+        assert_eq!(answers.get(key, &again, owned), Some(answer.clone()));
         // Another identity or another request is another key.
-        assert_ne!(Answers::key("other", &request), key);
+        assert_ne!(Answers::key("other", vs, &request), key);
         let mut moved = request.clone();
         moved.virtual_service = "{\"spec\":{}}".into();
-        assert_ne!(Answers::key("digest", &moved), key);
+        let newer = Answers::key("digest", vs, &moved);
+        assert_ne!(newer, key);
+        // ... in the same slot: the newer answer replaces the older one.
+        assert_eq!(newer.slot, key.slot);
+        answers.put(newer, &answer, owned);
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers.get(key, &input, owned), None);
+        assert!(answers.get(newer, &input, owned).is_some());
+        // Another VirtualService or another DynamicEnv's prefix is another slot.
+        let other_vs = Answers::key("digest", ("ns", "details"), &request);
+        let mut other_de = request.clone();
+        other_de.route_prefix = "q-".into();
+        let other_de = Answers::key("digest", vs, &other_de);
+        assert_ne!(other_vs.slot, key.slot);
+        assert_ne!(other_de.slot, key.slot);
+        answers.put(other_vs, &answer, owned);
+        answers.put(other_de, &answer, owned);
+        assert_eq!(answers.len(), 3);
+        assert!(answers.get(newer, &input, owned).is_some());
     }
 }
