@@ -585,34 +585,17 @@ impl Routing {
         if before == after && listed == Some(list.as_str()) {
             return Ok(());
         }
-        let mut ops = Vec::new();
-        if current.spec.http.is_some() {
-            ops.push(serde_json::json!({"op": "test", "path": "/spec/http", "value": before}));
-        }
-        if before != after {
-            ops.push(serde_json::json!({"op": "add", "path": "/spec/http", "value": after}));
-        }
-        if listed != Some(list.as_str()) {
-            // JSON pointer: `/` in the key is `~1`.
-            let path = format!(
-                "/metadata/annotations/{}",
-                clone::DYNAMIC_ENVIRONMENT_ANNOTATION.replace('/', "~1")
-            );
-            match (annotations, listed) {
-                (None, _) => ops.push(serde_json::json!({"op": "add",
-                    "path": "/metadata/annotations",
-                    "value": {clone::DYNAMIC_ENVIRONMENT_ANNOTATION: list}})),
-                (Some(_), Some(was)) => {
-                    ops.push(serde_json::json!({"op": "test", "path": path, "value": was}));
-                    ops.push(serde_json::json!({"op": "add", "path": path, "value": list}));
-                }
-                (Some(_), None) => {
-                    ops.push(serde_json::json!({"op": "add", "path": path, "value": list}));
-                }
-            }
-        }
-        let patch: json_patch::Patch =
-            serde_json::from_value(Value::Array(ops)).expect("a well-formed JSON patch");
+        // The lists are moved into the patch, not copied: with a thousand routes each is
+        // megabytes, and several reconciles write at once.
+        let changed = before != after;
+        let routes_now = after.len();
+        let patch = routes_patch(
+            current.spec.http.is_some().then_some(before),
+            changed.then_some(after),
+            annotations.is_some(),
+            listed,
+            &list,
+        );
         let api: Api<VirtualService> = Api::namespaced(self.ctx.kernel.client.clone(), &key.0);
         let id = format!("{}/{}", key.0, key.1);
         let written = match self
@@ -643,7 +626,7 @@ impl Routing {
             current.metadata.resource_version.clone(),
             Some(written),
         );
-        if before == after {
+        if !changed {
             return Ok(());
         }
         let (reason, action) = if has == 0 {
@@ -662,8 +645,8 @@ impl Routing {
             reason,
             action,
             format!(
-                "VirtualService {id}: {has} routes of this DynamicEnv (had {had}), {} routes in all",
-                after.len()
+                "VirtualService {id}: {has} routes of this DynamicEnv (had {had}), \
+                 {routes_now} routes in all"
             ),
         )
         .await;
@@ -1294,11 +1277,108 @@ fn set_state(de: &DynamicEnv, state: Option<&str>) {
     }
 }
 
+/// The JSON patch that writes a VirtualService's routes and its
+/// [`clone::DYNAMIC_ENVIRONMENT_ANNOTATION`]: `test` that `spec.http` is still `before` (when
+/// the object has one) and set it to `after` (when given); then set the annotation to `list`,
+/// after a `test` that it is still `listed` (when it was set), creating the annotations map
+/// when the object has none (`has_annotations` false). Nothing is written for the annotation
+/// when `listed` is `list` already.
+fn routes_patch(
+    before: Option<Vec<Value>>,
+    after: Option<Vec<Value>>,
+    has_annotations: bool,
+    listed: Option<&str>,
+    list: &str,
+) -> json_patch::Patch {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, TestOperation};
+    let http = || PointerBuf::from_tokens(["spec", "http"]);
+    let mut ops = Vec::new();
+    if let Some(before) = before {
+        ops.push(PatchOperation::Test(TestOperation {
+            path: http(),
+            value: Value::Array(before),
+        }));
+    }
+    if let Some(after) = after {
+        ops.push(PatchOperation::Add(AddOperation {
+            path: http(),
+            value: Value::Array(after),
+        }));
+    }
+    if listed != Some(list) {
+        let annotation = PointerBuf::from_tokens([
+            "metadata",
+            "annotations",
+            clone::DYNAMIC_ENVIRONMENT_ANNOTATION,
+        ]);
+        if !has_annotations {
+            ops.push(PatchOperation::Add(AddOperation {
+                path: PointerBuf::from_tokens(["metadata", "annotations"]),
+                value: serde_json::json!({ clone::DYNAMIC_ENVIRONMENT_ANNOTATION: list }),
+            }));
+        } else {
+            if let Some(was) = listed {
+                ops.push(PatchOperation::Test(TestOperation {
+                    path: annotation.clone(),
+                    value: Value::String(was.to_owned()),
+                }));
+            }
+            ops.push(PatchOperation::Add(AddOperation {
+                path: annotation,
+                value: Value::String(list.to_owned()),
+            }));
+        }
+    }
+    json_patch::Patch(ops)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use serde_json::json;
+
+    #[test]
+    fn the_routes_patch_tests_what_it_read_and_sets_what_changed() {
+        let patch = |before, after, has, listed, list| {
+            serde_json::to_value(routes_patch(before, after, has, listed, list)).unwrap()
+        };
+        let (a, b) = (vec![json!({"name": "a"})], vec![json!({"name": "b"})]);
+        assert_eq!(
+            patch(Some(a.clone()), Some(b.clone()), true, Some("x/y"), "x/y"),
+            json!([
+                {"op": "test", "path": "/spec/http", "value": [{"name": "a"}]},
+                {"op": "add", "path": "/spec/http", "value": [{"name": "b"}]},
+            ])
+        );
+        // The annotation's `/` is escaped; the value it had is tested before it is replaced.
+        assert_eq!(
+            patch(Some(a.clone()), None, true, Some("x/y"), "x/y,x/z"),
+            json!([
+                {"op": "test", "path": "/spec/http", "value": [{"name": "a"}]},
+                {"op": "test", "path": "/metadata/annotations/wasmop.dev~1dynamic-environment",
+                 "value": "x/y"},
+                {"op": "add", "path": "/metadata/annotations/wasmop.dev~1dynamic-environment",
+                 "value": "x/y,x/z"},
+            ])
+        );
+        // No routes yet and no annotations: nothing to test, the map is made.
+        assert_eq!(
+            patch(None, Some(b.clone()), false, None, "x/y"),
+            json!([
+                {"op": "add", "path": "/spec/http", "value": [{"name": "b"}]},
+                {"op": "add", "path": "/metadata/annotations",
+                 "value": {"wasmop.dev/dynamic-environment": "x/y"}},
+            ])
+        );
+        assert_eq!(
+            patch(None, None, true, None, "x/y"),
+            json!([{"op": "add",
+                    "path": "/metadata/annotations/wasmop.dev~1dynamic-environment",
+                    "value": "x/y"}])
+        );
+    }
 
     /// A controller whose client points at a closed port (any request fails) and whose
     /// caches are empty.
