@@ -347,6 +347,20 @@ impl Process {
         self.child.id()
     }
 
+    /// The environment the process runs with now (`/proc/PID/environ`), as `NAME=value`: after
+    /// an `exec`, the new image's.
+    ///
+    /// # Panics
+    /// When it cannot be read.
+    pub fn environment(&self) -> Vec<String> {
+        std::fs::read(format!("/proc/{}/environ", self.id()))
+            .expect("the process's environment")
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect()
+    }
+
     /// Whether it is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -88,12 +88,7 @@ impl ResolverProcess {
     /// # Panics
     /// When it cannot be read.
     pub fn environment(&self) -> Vec<String> {
-        std::fs::read(format!("/proc/{}/environ", self.process.id()))
-            .expect("the resolver's environment")
-            .split(|b| *b == 0)
-            .filter(|v| !v.is_empty())
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-            .collect()
+        self.process.environment()
     }
 
     /// Its `/metrics` text (empty when it does not answer).

@@ -81,7 +81,9 @@ const CHILD_H2C_ENV: &str = "WASMOP_BENCH_H2C";
 const NS: &str = "bench";
 
 fn main() {
-    if let Err(e) = wasmop_resolver::malloc::reexec_with_resolver_options() {
+    if let Err(e) =
+        wasmop_resolver::malloc::reexec_with(wasmop_resolver::malloc::RESOLVER_MALLOC_CONF)
+    {
         panic!("cannot start again with the resolver's allocator options: {e}");
     }
     if let Ok(resolver) = std::env::var(CHILD_ENV) {

@@ -99,11 +99,17 @@ pub(crate) struct PlanOptions {
 /// Parses the command line and runs it.
 pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Resolver(_))
-        && let Err(e) = wasmop_resolver::malloc::reexec_with_resolver_options()
+    use wasmop_resolver::malloc;
+    let allocator_options = match cli.command {
+        Command::Resolver(_) => Some(malloc::RESOLVER_MALLOC_CONF),
+        Command::Run(_) => Some(malloc::OPERATOR_MALLOC_CONF),
+        _ => None,
+    };
+    if let Some(conf) = allocator_options
+        && let Err(e) = malloc::reexec_with(conf)
     {
         eprintln!(
-            "warning: cannot start again with the resolver's allocator options ({e}); \
+            "warning: cannot start again with the allocator options {conf:?} ({e}); \
              going on with the defaults (freed memory returns to the OS more slowly)"
         );
     }

@@ -118,7 +118,17 @@ async fn create_update_and_delete_restore_every_virtual_service() {
         let original_details = get(&client, &ns, VS, "VirtualService", "details")
             .await
             .unwrap();
-        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        let operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        // It started itself again (same process id) under the operator's allocator options.
+        let options = format!(
+            "{}={}",
+            wasmop_resolver::malloc::MALLOC_CONF_ENV,
+            wasmop_resolver::malloc::OPERATOR_MALLOC_CONF
+        );
+        assert!(
+            operator.process.environment().contains(&options),
+            "the operator runs without {options}"
+        );
 
         create(
             &client,
