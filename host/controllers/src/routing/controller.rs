@@ -563,12 +563,15 @@ impl Routing {
             tracing::debug!(virtualservice = %format!("{}/{}", key.0, key.1), "gone before its routes were written");
             return Ok(());
         };
-        let now = current.spec.http.clone().unwrap_or_default();
-        let (before, after) = if now.as_slice() == expected {
-            (now, http.to_vec())
+        // Borrowed, not copied: with a thousand routes a list is megabytes of JSON values, and
+        // several reconciles write at once.
+        let before = current.spec.http.as_deref().unwrap_or_default();
+        let redone;
+        let after = if before == expected {
+            http
         } else {
-            let (redone, _) = run_chain(router, &current, chain).await;
-            (now, redone)
+            redone = run_chain(router, &current, chain).await.0;
+            redone.as_slice()
         };
         let token = names::route_token(&de.namespace().unwrap_or_default(), &de.name_any());
         let ours = |list: &[Value]| {
@@ -576,33 +579,32 @@ impl Routing {
                 .filter(|r| istio::route_name(r).is_some_and(|n| n.starts_with(token.as_str())))
                 .count()
         };
-        let (had, has) = (ours(&before), ours(&after));
+        let (had, has) = (ours(before), ours(after));
         let annotations = current.metadata.annotations.as_ref();
         let listed = annotations
             .and_then(|a| a.get(clone::DYNAMIC_ENVIRONMENT_ANNOTATION))
             .map(String::as_str);
         let list = clone::with_dynamic_env(listed, &de_key(de), has > 0);
-        if before == after && listed == Some(list.as_str()) {
+        let changed = before != after;
+        if !changed && listed == Some(list.as_str()) {
             return Ok(());
         }
-        // The lists are moved into the patch, not copied: with a thousand routes each is
-        // megabytes, and several reconciles write at once.
-        let changed = before != after;
-        let routes_now = after.len();
-        let patch = routes_patch(
-            current.spec.http.is_some().then_some(before),
-            changed.then_some(after),
-            annotations.is_some(),
-            listed,
-            &list,
-        );
+        let patch = RoutesPatch {
+            metadata: RoutesPatchMeta {
+                resource_version: current.metadata.resource_version.as_deref(),
+                annotations: (listed != Some(list.as_str())).then(|| {
+                    BTreeMap::from([(clone::DYNAMIC_ENVIRONMENT_ANNOTATION, list.as_str())])
+                }),
+            },
+            spec: changed.then_some(RoutesPatchSpec { http: after }),
+        };
         let api: Api<VirtualService> = Api::namespaced(self.ctx.kernel.client.clone(), &key.0);
         let id = format!("{}/{}", key.0, key.1);
         let written = match self
             .ctx
             .kernel
             .writer
-            .patch(&api, &key.1, &Patch::<()>::Json(patch))
+            .patch(&api, &key.1, &Patch::Merge(&patch))
             .await
         {
             Ok(obj) => obj,
@@ -645,8 +647,8 @@ impl Routing {
             reason,
             action,
             format!(
-                "VirtualService {id}: {has} routes of this DynamicEnv (had {had}), \
-                 {routes_now} routes in all"
+                "VirtualService {id}: {has} routes of this DynamicEnv (had {had}), {} routes in all",
+                after.len()
             ),
         )
         .await;
@@ -1277,60 +1279,31 @@ fn set_state(de: &DynamicEnv, state: Option<&str>) {
     }
 }
 
-/// The JSON patch that writes a VirtualService's routes and its
-/// [`clone::DYNAMIC_ENVIRONMENT_ANNOTATION`]: `test` that `spec.http` is still `before` (when
-/// the object has one) and set it to `after` (when given); then set the annotation to `list`,
-/// after a `test` that it is still `listed` (when it was set), creating the annotations map
-/// when the object has none (`has_annotations` false). Nothing is written for the annotation
-/// when `listed` is `list` already.
-fn routes_patch(
-    before: Option<Vec<Value>>,
-    after: Option<Vec<Value>>,
-    has_annotations: bool,
-    listed: Option<&str>,
-    list: &str,
-) -> json_patch::Patch {
-    use json_patch::jsonptr::PointerBuf;
-    use json_patch::{AddOperation, PatchOperation, TestOperation};
-    let http = || PointerBuf::from_tokens(["spec", "http"]);
-    let mut ops = Vec::new();
-    if let Some(before) = before {
-        ops.push(PatchOperation::Test(TestOperation {
-            path: http(),
-            value: Value::Array(before),
-        }));
-    }
-    if let Some(after) = after {
-        ops.push(PatchOperation::Add(AddOperation {
-            path: http(),
-            value: Value::Array(after),
-        }));
-    }
-    if listed != Some(list) {
-        let annotation = PointerBuf::from_tokens([
-            "metadata",
-            "annotations",
-            clone::DYNAMIC_ENVIRONMENT_ANNOTATION,
-        ]);
-        if !has_annotations {
-            ops.push(PatchOperation::Add(AddOperation {
-                path: PointerBuf::from_tokens(["metadata", "annotations"]),
-                value: serde_json::json!({ clone::DYNAMIC_ENVIRONMENT_ANNOTATION: list }),
-            }));
-        } else {
-            if let Some(was) = listed {
-                ops.push(PatchOperation::Test(TestOperation {
-                    path: annotation.clone(),
-                    value: Value::String(was.to_owned()),
-                }));
-            }
-            ops.push(PatchOperation::Add(AddOperation {
-                path: annotation,
-                value: Value::String(list.to_owned()),
-            }));
-        }
-    }
-    json_patch::Patch(ops)
+/// The JSON merge patch that writes a VirtualService's routes (`spec.http`, a list, so it is
+/// replaced whole) and its [`clone::DYNAMIC_ENVIRONMENT_ANNOTATION`], on the condition that the
+/// object is still at `metadata.resourceVersion`: the API server answers 409 Conflict when
+/// anyone wrote it since it was read. The routes are borrowed from the plan.
+#[derive(Debug, serde::Serialize)]
+struct RoutesPatch<'a> {
+    metadata: RoutesPatchMeta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: Option<RoutesPatchSpec<'a>>,
+}
+
+/// [`RoutesPatch`]'s metadata: the precondition and the annotation, when it changes.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RoutesPatchMeta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<BTreeMap<&'a str, &'a str>>,
+}
+
+/// [`RoutesPatch`]'s spec: the new routes.
+#[derive(Debug, serde::Serialize)]
+struct RoutesPatchSpec<'a> {
+    http: &'a [Value],
 }
 
 #[cfg(test)]
@@ -1340,43 +1313,36 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_routes_patch_tests_what_it_read_and_sets_what_changed() {
-        let patch = |before, after, has, listed, list| {
-            serde_json::to_value(routes_patch(before, after, has, listed, list)).unwrap()
+    fn the_routes_patch_is_conditional_and_sets_only_what_changed() {
+        let routes = [json!({"name": "b"})];
+        let patch = RoutesPatch {
+            metadata: RoutesPatchMeta {
+                resource_version: Some("42"),
+                annotations: Some(BTreeMap::from([(
+                    clone::DYNAMIC_ENVIRONMENT_ANNOTATION,
+                    "x/y",
+                )])),
+            },
+            spec: Some(RoutesPatchSpec { http: &routes }),
         };
-        let (a, b) = (vec![json!({"name": "a"})], vec![json!({"name": "b"})]);
         assert_eq!(
-            patch(Some(a.clone()), Some(b.clone()), true, Some("x/y"), "x/y"),
-            json!([
-                {"op": "test", "path": "/spec/http", "value": [{"name": "a"}]},
-                {"op": "add", "path": "/spec/http", "value": [{"name": "b"}]},
-            ])
+            serde_json::to_value(&patch).unwrap(),
+            json!({
+                "metadata": {"resourceVersion": "42",
+                             "annotations": {"wasmop.dev/dynamic-environment": "x/y"}},
+                "spec": {"http": [{"name": "b"}]},
+            })
         );
-        // The annotation's `/` is escaped; the value it had is tested before it is replaced.
+        let annotation_only = RoutesPatch {
+            spec: None,
+            metadata: RoutesPatchMeta {
+                annotations: None,
+                ..patch.metadata
+            },
+        };
         assert_eq!(
-            patch(Some(a.clone()), None, true, Some("x/y"), "x/y,x/z"),
-            json!([
-                {"op": "test", "path": "/spec/http", "value": [{"name": "a"}]},
-                {"op": "test", "path": "/metadata/annotations/wasmop.dev~1dynamic-environment",
-                 "value": "x/y"},
-                {"op": "add", "path": "/metadata/annotations/wasmop.dev~1dynamic-environment",
-                 "value": "x/y,x/z"},
-            ])
-        );
-        // No routes yet and no annotations: nothing to test, the map is made.
-        assert_eq!(
-            patch(None, Some(b.clone()), false, None, "x/y"),
-            json!([
-                {"op": "add", "path": "/spec/http", "value": [{"name": "b"}]},
-                {"op": "add", "path": "/metadata/annotations",
-                 "value": {"wasmop.dev/dynamic-environment": "x/y"}},
-            ])
-        );
-        assert_eq!(
-            patch(None, None, true, None, "x/y"),
-            json!([{"op": "add",
-                    "path": "/metadata/annotations/wasmop.dev~1dynamic-environment",
-                    "value": "x/y"}])
+            serde_json::to_value(&annotation_only).unwrap(),
+            json!({"metadata": {"resourceVersion": "42"}})
         );
     }
 
