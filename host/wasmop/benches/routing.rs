@@ -513,6 +513,9 @@ fn reconcile_section(only: Option<&str>) {
             std::mem::take(&mut *out.lock().unwrap())
         });
         results.push((side, figures));
+        if side == Side::Upstream {
+            remove_upstream();
+        }
     }
     if let [(_, w), (_, u)] = results.as_slice() {
         print_ratios(w, u);
@@ -607,6 +610,19 @@ async fn time_until(timeout: Duration, mut check: impl AsyncFnMut() -> bool) -> 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     None
+}
+
+/// Removes what [`start_upstream`] made outside the side's namespace, so that the cluster
+/// serves one `dynamicenv` again (kubectl's short name would find upstream's CRD too).
+fn remove_upstream() {
+    for what in [
+        "crd/dynamicenvs.riskified.com",
+        "clusterrolebinding/riskified-bench-manager",
+        "clusterrole/manager-role",
+        "namespace/riskified-bench",
+    ] {
+        wasmop_tests::kubectl_ok(&["delete", "--ignore-not-found", "--wait=true", what]);
+    }
 }
 
 /// Starts upstream's operator (`dir/bin/manager`, webhooks off, every namespace) as

@@ -105,6 +105,13 @@ async fn upstreams_kuttl_suite_passes_but_for_the_documented_differences() {
             )
             .arg(repo_root())
             .arg(&scratch)
+            // A discovery cache of its own: with `~/.kube/cache` from a cluster that once
+            // served another `dynamicenv` (upstream's CRD), the suite's `kubectl get dynamicenv`
+            // would ask for that one.
+            .env(
+                "KUBECACHEDIR",
+                std::env::temp_dir().join(format!("wasmop-upstream-kuttl-{ns}-kube-cache")),
+            )
             .output()
             .expect("run kuttl");
         let log = format!(
