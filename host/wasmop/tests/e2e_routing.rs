@@ -757,3 +757,96 @@ async fn a_write_the_api_server_refuses_is_in_the_status_and_an_event_and_is_ret
     })
     .await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
+async fn a_virtual_service_write_refused_as_invalid_is_in_the_status_not_retried_as_stale() {
+    with_temp_ns("routing-invalid", |client: Client, ns: String| async move {
+        bookinfo(&client, &ns, true).await;
+        // An admission policy that refuses every update of a VirtualService in this namespace:
+        // the API server answers 422 (reason Invalid), as for an object its schema rejects.
+        let policy = format!("{ns}-frozen-routes");
+        let manifest = format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n\
+             metadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n\
+             \x20   resourceRules: [{{apiGroups: [networking.istio.io], apiVersions: ['*'],\
+             operations: [UPDATE], resources: [virtualservices]}}]\n\
+             \x20 validations: [{{expression: 'false', message: routes are frozen}}]\n---\n\
+             apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\n\
+             metadata: {{name: {policy}}}\nspec:\n  policyName: {policy}\n\
+             \x20 validationActions: [Deny]\n  matchResources:\n    namespaceSelector:\n\
+             \x20     matchLabels: {{kubernetes.io/metadata.name: {ns}}}\n"
+        );
+        let file = wasmop_tests::dump_dir().join(format!("{policy}.yaml"));
+        std::fs::write(&file, manifest).unwrap();
+        let file = file.to_str().unwrap().to_owned();
+        wasmop_tests::kubectl_ok(&["apply", "-f", &file]);
+        let vs_api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "networking.istio.io",
+                "v1",
+                "VirtualService",
+            )),
+        );
+        eventually("the policy to refuse updates", TIMEOUT, async || {
+            let label = json!({"metadata": {"labels": {"probe": "x"}}});
+            match vs_api
+                .patch("reviews", &PatchParams::default(), &Patch::Merge(&label))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 422 => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+        let _operator = Operator::start(env!("CARGO_BIN_EXE_wasmop"), &ns, &[]).await;
+        create(
+            &client,
+            &ns,
+            dynamic_env("jason", &ns, "jason", REVIEWS_V3, false),
+        )
+        .await;
+
+        let refused =
+            eventually("the refusal in the status", TIMEOUT, async || {
+                let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
+                let errors = &de["status"]["subsetsStatus"][format!("{ns}/reviews")]["subsetErrors"]
+                    ["virtualServices"];
+                let e = errors.get(0)?["error"].as_str()?.to_owned();
+                (de["status"]["state"] == "degraded").then_some(e)
+            })
+            .await;
+        assert!(
+            refused.starts_with(&format!(
+                "the API server refused VirtualService {ns}/reviews: "
+            )) && refused.contains("routes are frozen"),
+            "{refused}"
+        );
+        assert!(
+            events(&client, &ns, "jason")
+                .await
+                .iter()
+                .any(|(reason, _)| reason == "WriteRefused"),
+            "a WriteRefused Event"
+        );
+
+        // Once the policy is gone, the next try writes the routes and the error leaves.
+        wasmop_tests::kubectl_ok(&["delete", "--wait=true", "-f", &file]);
+        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
+        assert!(
+            de["status"]["subsetsStatus"][format!("{ns}/reviews")]
+                .get("subsetErrors")
+                .is_none(),
+            "{}",
+            de["status"]
+        );
+        let routes = vs_http(&client, &ns, "reviews").await;
+        assert!(
+            routes.to_string().contains("\"jason\""),
+            "the DynamicEnv's routes are written: {routes}"
+        );
+    })
+    .await;
+}

@@ -13,9 +13,9 @@
 //! 4. the status (our fields and the `Ready` condition; `PluginReady` belongs to its own loop),
 //!    written only when it changed.
 //!
-//! **VirtualService writes** change `spec.http` only, by a JSON patch that first tests that
-//! `spec.http` is still what the plan read: a concurrent change by anyone fails the test (422)
-//! and the reconcile plans again, so no other writer's routes are lost. Writes to one
+//! **VirtualService writes** change `spec.http` (and the DynamicEnv annotation) only, by a JSON
+//! merge patch conditional on the `resourceVersion` the plan read: a concurrent change by anyone
+//! makes it a 409 Conflict and the reconcile plans again, so no other writer's routes are lost. Writes to one
 //! VirtualService are serialized within the process, and a plan made on an older copy is
 //! redone on the newest one before writing. Deletion strips the routes named with the
 //! DynamicEnv's prefixes, which restores each VirtualService exactly (the plan guarantees the
@@ -546,8 +546,8 @@ impl Routing {
     }
 
     /// Writes the routes of one VirtualService: under the process's lock for it, on its newest
-    /// copy (redoing the chain if the plan was made on an older one), with a JSON patch that
-    /// tests `spec.http` first.
+    /// copy (redoing the chain if the plan was made on an older one), with a merge patch
+    /// conditional on that copy's `resourceVersion` ([`RoutesPatch`]).
     async fn write_routes(
         &self,
         de: &DynamicEnv,
@@ -608,10 +608,11 @@ impl Routing {
             .await
         {
             Ok(obj) => obj,
-            Err(e) if e.status_code() == Some(422) || e.is_conflict() => {
+            Err(e) if e.is_conflict() => {
                 return Err(Error::Stale(id));
             }
-            Err(e) if matches!(e.status_code(), Some(400 | 403)) => {
+            // 422: the object the patch makes is invalid (the CRD's schema); no test op fails.
+            Err(e) if matches!(e.status_code(), Some(400 | 403 | 422)) => {
                 return Err(Error::refused_or(
                     e,
                     || format!("VirtualService {id}"),

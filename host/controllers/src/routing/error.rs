@@ -23,8 +23,8 @@ pub enum Error {
     /// A write was refused (passive instance) or failed.
     #[error(transparent)]
     Write(#[from] WriteError),
-    /// A VirtualService changed between the plan and the write (the JSON patch test failed):
-    /// the next reconcile plans again.
+    /// A VirtualService changed between the plan and the write (409 Conflict on the patch
+    /// conditional on the version read): the next reconcile plans again.
     #[error("VirtualService {0} changed while its routes were written; planning again")]
     Stale(String),
     /// The API server (or an admission webhook, Istio's validation say) refused a write as
@@ -76,7 +76,7 @@ impl Error {
     }
 
     /// Whether a retry soon is likely to succeed: a newer version of an object exists (409,
-    /// 422 from a JSON patch test or the finalizer's own test).
+    /// 422 from the finalizer's JSON patch test).
     pub(crate) fn is_stale(&self) -> bool {
         use kube::runtime::finalizer::Error as F;
         match self {
