@@ -107,6 +107,39 @@ fn condition<'a>(de: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Waits until DynamicEnv `ns/name` is degraded with a refused write of `field`
+/// (`subsetErrors.<field>` of subset `ns/reviews`) in its status, and checks that a
+/// `WriteRefused` Event says so too; returns the error.
+async fn refused_write(client: &Client, ns: &str, name: &str, field: &str) -> String {
+    let refused = eventually("the refusal in the status", TIMEOUT, async || {
+        let de = get(client, ns, "wasmop.dev/v1alpha1", "DynamicEnv", name).await?;
+        let errors = &de["status"]["subsetsStatus"][format!("{ns}/reviews")]["subsetErrors"][field];
+        let e = errors.get(0)?["error"].as_str()?.to_owned();
+        (de["status"]["state"] == "degraded").then_some(e)
+    })
+    .await;
+    assert!(
+        events(client, ns, name)
+            .await
+            .iter()
+            .any(|(reason, _)| reason == "WriteRefused"),
+        "a WriteRefused Event"
+    );
+    refused
+}
+
+/// Waits until DynamicEnv `ns/name` is ready with no subset errors left in its status.
+async fn ready_without_errors(client: &Client, ns: &str, name: &str) {
+    let de = wait_state(client, ns, name, "ready", TIMEOUT).await;
+    assert!(
+        de["status"]["subsetsStatus"][format!("{ns}/reviews")]
+            .get("subsetErrors")
+            .is_none(),
+        "{}",
+        de["status"]
+    );
+}
+
 #[tokio::test]
 #[ignore = "needs the local control plane (deploy/dev/cluster.sh): run with make test or make e2e"]
 async fn create_update_and_delete_restore_every_virtual_service() {
@@ -717,27 +750,12 @@ async fn a_write_the_api_server_refuses_is_in_the_status_and_an_event_and_is_ret
         )
         .await;
 
-        let refused =
-            eventually("the refusal in the status", TIMEOUT, async || {
-                let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
-                let errors = &de["status"]["subsetsStatus"][format!("{ns}/reviews")]["subsetErrors"]
-                    ["deployment"];
-                let e = errors.get(0)?["error"].as_str()?.to_owned();
-                (de["status"]["state"] == "degraded").then_some(e)
-            })
-            .await;
+        let refused = refused_write(&client, &ns, "jason", "deployment").await;
         let clone = names::clone_name(&ns, "jason", &ns, "reviews");
         assert!(
             refused.starts_with(&format!("the API server refused Deployment {ns}/{clone}: "))
                 && refused.contains("exceeded quota"),
             "{refused}"
-        );
-        assert!(
-            events(&client, &ns, "jason")
-                .await
-                .iter()
-                .any(|(reason, _)| reason == "WriteRefused"),
-            "a WriteRefused Event"
         );
 
         // Once the quota is gone, the next try succeeds and the error leaves the status.
@@ -745,14 +763,7 @@ async fn a_write_the_api_server_refuses_is_in_the_status_and_an_event_and_is_ret
             .delete("deployments", &DeleteParams::default())
             .await
             .unwrap();
-        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
-        assert!(
-            de["status"]["subsetsStatus"][format!("{ns}/reviews")]
-                .get("subsetErrors")
-                .is_none(),
-            "{}",
-            de["status"]
-        );
+        ready_without_errors(&client, &ns, "jason").await;
         assert!(clone_deployment(&client, &ns, &clone).await.is_some());
     })
     .await;
@@ -809,39 +820,17 @@ async fn a_virtual_service_write_refused_as_invalid_is_in_the_status_not_retried
         )
         .await;
 
-        let refused =
-            eventually("the refusal in the status", TIMEOUT, async || {
-                let de = get(&client, &ns, "wasmop.dev/v1alpha1", "DynamicEnv", "jason").await?;
-                let errors = &de["status"]["subsetsStatus"][format!("{ns}/reviews")]["subsetErrors"]
-                    ["virtualServices"];
-                let e = errors.get(0)?["error"].as_str()?.to_owned();
-                (de["status"]["state"] == "degraded").then_some(e)
-            })
-            .await;
+        let refused = refused_write(&client, &ns, "jason", "virtualServices").await;
         assert!(
             refused.starts_with(&format!(
                 "the API server refused VirtualService {ns}/reviews: "
             )) && refused.contains("routes are frozen"),
             "{refused}"
         );
-        assert!(
-            events(&client, &ns, "jason")
-                .await
-                .iter()
-                .any(|(reason, _)| reason == "WriteRefused"),
-            "a WriteRefused Event"
-        );
 
         // Once the policy is gone, the next try writes the routes and the error leaves.
         wasmop_tests::kubectl_ok(&["delete", "--wait=true", "-f", &file]);
-        let de = wait_state(&client, &ns, "jason", "ready", TIMEOUT).await;
-        assert!(
-            de["status"]["subsetsStatus"][format!("{ns}/reviews")]
-                .get("subsetErrors")
-                .is_none(),
-            "{}",
-            de["status"]
-        );
+        ready_without_errors(&client, &ns, "jason").await;
         let routes = vs_http(&client, &ns, "reviews").await;
         assert!(
             routes.to_string().contains("\"jason\""),
