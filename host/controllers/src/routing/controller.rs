@@ -15,9 +15,9 @@
 //!
 //! **VirtualService writes** change `spec.http` (and the DynamicEnv annotation) only, by a JSON
 //! merge patch conditional on the `resourceVersion` the plan read: a concurrent change by anyone
-//! makes it a 409 Conflict and the reconcile plans again, so no other writer's routes are lost. Writes to one
-//! VirtualService are serialized within the process, and a plan made on an older copy is
-//! redone on the newest one before writing. Deletion strips the routes named with the
+//! makes it a 409 Conflict and the reconcile plans again, so no other writer's routes are lost.
+//! Writes to one VirtualService are serialized within the process, and a plan made on an older
+//! copy is redone on the newest one before writing. Deletion strips the routes named with the
 //! DynamicEnv's prefixes, which restores each VirtualService exactly (the plan guarantees the
 //! router changed nothing else).
 //!
